@@ -1,0 +1,247 @@
+"""The only place that calls libc and raw syscalls through ctypes.
+
+Every wrapper retries EINTR and raises `OSError(errno, strerror, path)`; callers translate
+that once into an `NvmountError` at their stage boundary. A `Libc` is built by the caller
+(the CLI) and passed down: there is no module-level library handle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+import platform
+import struct
+from collections.abc import Callable
+
+# Syscall numbers that glibc 2.36 does not wrap. The new-mount-API numbers are the same on
+# every architecture (generic table); the old ones differ.
+_ARCH_SYSCALLS: dict[str, dict[str, int]] = {
+    "x86_64": {"pivot_root": 155, "bpf": 321, "renameat2": 316},
+    "aarch64": {"pivot_root": 41, "bpf": 280, "renameat2": 276},
+}
+_COMMON_SYSCALLS = {
+    "pidfd_send_signal": 424,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "openat2": 437,
+    "mount_setattr": 442,
+}
+
+# Namespaces (sched.h)
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+# mount(2) flags
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_NOSYMFOLLOW = 0x100
+MS_BIND = 0x1000
+MS_MOVE = 0x2000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MS_SLAVE = 0x80000
+MNT_DETACH = 0x2
+
+# openat2 resolve flags (linux/openat2.h)
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+RESOLVE_IN_ROOT = 0x10
+
+# new mount API (linux/mount.h)
+OPEN_TREE_CLONE = 0x1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+AT_EMPTY_PATH = 0x1000
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_RECURSIVE = 0x8000
+AT_FDCWD = -100
+MOVE_MOUNT_F_SYMLINKS = 0x1
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOVE_MOUNT_T_SYMLINKS = 0x10
+MOVE_MOUNT_T_EMPTY_PATH = 0x40
+FSOPEN_CLOEXEC = 0x1
+FSMOUNT_CLOEXEC = 0x1
+FSCONFIG_SET_FLAG = 0
+FSCONFIG_SET_STRING = 1
+FSCONFIG_CMD_CREATE = 6
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+MOUNT_ATTR_NOSYMFOLLOW = 0x00200000
+
+# renameat2
+RENAME_NOREPLACE = 0x1
+RENAME_EXCHANGE = 0x2
+
+# fstatfs magics
+PROC_SUPER_MAGIC = 0x9FA0
+SYSFS_MAGIC = 0x62656572
+CGROUP_SUPER_MAGIC = 0x27E0EB
+CGROUP2_SUPER_MAGIC = 0x63677270
+TMPFS_MAGIC = 0x01021994
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    ]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _b(path: str | bytes | None) -> bytes | None:
+    if path is None or isinstance(path, bytes):
+        return path
+    return os.fsencode(path)
+
+
+class Libc:
+    """Thin, typed wrappers over the syscalls the engine needs."""
+
+    def __init__(self) -> None:
+        self._lib = ctypes.CDLL(None, use_errno=True)
+        self._syscall = self._lib.syscall
+        self._syscall.restype = ctypes.c_long
+        machine = platform.machine()
+        if machine not in _ARCH_SYSCALLS:
+            raise OSError(_errno.ENOSYS, f"unsupported architecture {machine}")
+        self._nr = {**_COMMON_SYSCALLS, **_ARCH_SYSCALLS[machine]}
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _call(self, fn: Callable[[], int], what: str, path: str | None = None) -> int:
+        while True:
+            rc = fn()
+            if rc != -1:
+                return rc
+            err = ctypes.get_errno()
+            if err != _errno.EINTR:
+                raise OSError(err, f"{what}: {os.strerror(err)}", path)
+
+    def _sys(self, name: str, *args: object, path: str | None = None) -> int:
+        nr = self._nr[name]
+        return self._call(lambda: int(self._syscall(ctypes.c_long(nr), *args)), name, path)
+
+    # -- namespaces -----------------------------------------------------------------------
+    def setns(self, fd: int, nstype: int) -> None:
+        self._call(lambda: int(self._lib.setns(fd, nstype)), "setns")
+
+    def unshare(self, flags: int) -> None:
+        self._call(lambda: int(self._lib.unshare(flags)), "unshare")
+
+    def pivot_root(self, new_root: str, put_old: str) -> None:
+        self._sys("pivot_root", _b(new_root), _b(put_old), path=new_root)
+
+    # -- classic mount API ----------------------------------------------------------------
+    def mount(
+        self,
+        source: str | None,
+        target: str,
+        fstype: str | None,
+        flags: int,
+        data: str | None = None,
+    ) -> None:
+        src, tgt, fst, dat = _b(source), _b(target), _b(fstype), _b(data)
+        self._call(
+            lambda: int(self._lib.mount(src, tgt, fst, ctypes.c_ulong(flags), dat)),
+            "mount",
+            target,
+        )
+
+    def umount2(self, target: str, flags: int = 0) -> None:
+        tgt = _b(target)
+        self._call(lambda: int(self._lib.umount2(tgt, flags)), "umount2", target)
+
+    # -- new mount API --------------------------------------------------------------------
+    def open_tree(self, dirfd: int, path: str, flags: int) -> int:
+        return self._sys("open_tree", dirfd, _b(path), ctypes.c_uint(flags), path=path)
+
+    def move_mount(
+        self, from_dirfd: int, from_path: str, to_dirfd: int, to_path: str, flags: int
+    ) -> None:
+        self._sys(
+            "move_mount",
+            from_dirfd,
+            _b(from_path),
+            to_dirfd,
+            _b(to_path),
+            ctypes.c_uint(flags),
+            path=to_path or None,
+        )
+
+    def mount_setattr(
+        self, dirfd: int, path: str, flags: int, attr_set: int, attr_clr: int = 0,
+        propagation: int = 0,
+    ) -> None:
+        attr = _MountAttr(attr_set, attr_clr, propagation, 0)
+        self._sys(
+            "mount_setattr",
+            dirfd,
+            _b(path),
+            ctypes.c_uint(flags),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),
+            path=path or None,
+        )
+
+    def fsopen(self, fstype: str, flags: int = FSOPEN_CLOEXEC) -> int:
+        return self._sys("fsopen", _b(fstype), ctypes.c_uint(flags), path=fstype)
+
+    def fsconfig(self, fd: int, cmd: int, key: str | None, value: str | None) -> None:
+        self._sys("fsconfig", fd, ctypes.c_uint(cmd), _b(key), _b(value), 0)
+
+    def fsmount(self, fd: int, flags: int, attr_flags: int) -> int:
+        return self._sys("fsmount", fd, ctypes.c_uint(flags), ctypes.c_uint(attr_flags))
+
+    # -- paths ----------------------------------------------------------------------------
+    def openat2(self, dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = 0) -> int:
+        how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+        return self._sys(
+            "openat2",
+            dirfd,
+            _b(path),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+            path=path,
+        )
+
+    def renameat2(self, olddirfd: int, old: str, newdirfd: int, new: str, flags: int) -> None:
+        self._sys("renameat2", olddirfd, _b(old), newdirfd, _b(new), ctypes.c_uint(flags),
+                  path=new)
+
+    def fstatfs_type(self, fd: int) -> int:
+        """The f_type (filesystem magic) of an open fd."""
+        buf = ctypes.create_string_buffer(256)
+        self._call(lambda: int(self._lib.fstatfs(fd, buf)), "fstatfs")
+        return int(struct.unpack_from("l", buf.raw, 0)[0])
+
+    # -- processes ------------------------------------------------------------------------
+    def pidfd_send_signal(self, pidfd: int, sig: int) -> None:
+        self._sys("pidfd_send_signal", pidfd, sig, None, 0)
+
+    # -- bpf ------------------------------------------------------------------------------
+    def bpf(self, cmd: int, attr: ctypes.Array[ctypes.c_char] | ctypes.Structure) -> int:
+        """bpf(2) with a caller-built attr union; returns the syscall's result."""
+        return self._sys("bpf", cmd, ctypes.byref(attr), ctypes.c_uint(ctypes.sizeof(attr)))

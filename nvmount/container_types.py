@@ -1,0 +1,33 @@
+"""Records describing the target container: what `container.inspect_container` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerLayout:
+    """Where files land in this rootfs (libnvc-spec §2.2), detected from the rootfs."""
+
+    bins_dir: str  # "/usr/bin"
+    libs_dir: str  # "/usr/lib/x86_64-linux-gnu" (Debian family) or "/usr/lib64"
+    libs32_dir: str  # "/usr/lib/i386-linux-gnu" or "/usr/lib32" / "/usr/lib"
+    cuda_compat_libs: tuple[str, ...] = ()  # container paths of /usr/local/cuda/compat/lib*.so.*
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupTarget:
+    version: int  # 1 or 2
+    path: str  # host path of the container's devices cgroup dir (v1) or cgroup dir (v2)
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    pid: int
+    rootfs: str  # host path of the rootfs as given (absolute, lexically clean)
+    uid: int  # owner of /proc/<pid> (the container's root on the host)
+    gid: int
+    mntns: tuple[int, int]  # (st_dev, st_ino) of /proc/<pid>/ns/mnt
+    cgroup: CgroupTarget | None  # None when cgroups are not to be touched
+    in_userns: bool
+    layout: ContainerLayout
