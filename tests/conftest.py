@@ -1,0 +1,6 @@
+"""Shared fixtures. Each area keeps its fixtures in tests/fixtures/<area>.py (registered here)."""
+
+pytest_plugins = [
+    "tests.fixtures.sim",
+    "tests.fixtures.containers",
+]
