@@ -1,0 +1,89 @@
+"""The driver side of a demo/test container: real driver or simulated one, and the hook launcher.
+
+Stage: demo/test support, off the hook's path. Creates a simulated driver (`nvhook sim create`)
+and installs the hook launcher (`nvhook install --prefix`) under caller-owned directories, and
+builds the `hooks.prestart` entries that use them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvhook.demo_bundle import HookEntry
+from nvhook.errors import NvhookError
+
+HOOK_NAME = "nvidia-container-runtime-hook"
+REAL_DRIVER_NODE = "/dev/nvidiactl"
+NVML_SONAME = "libnvidia-ml.so.1"
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSetup:
+    """A driver for containers: `config` is passed to the hook (None: the default config)."""
+
+    root: Path
+    config: Path | None
+    prestart: tuple[HookEntry, ...]  # steps that run before our hook (the sim's /proc/driver)
+    simulated: bool
+
+
+def nvhook_command() -> list[str]:
+    """argv prefix that runs this installation's `nvhook` (the console script, else -m)."""
+    script = Path(sys.executable).parent / "nvhook"
+    if os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-m", "nvhook"]
+
+
+def _run_nvhook(*args: str) -> None:
+    argv = [*nvhook_command(), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise NvhookError(
+            f"run {' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip() or proc.stdout}"
+        )
+
+
+def create_sim_driver(root: Path, gpus: int) -> DriverSetup:
+    """`nvhook sim create root --gpus N`; the returned driver includes the sim's prestart step."""
+    _run_nvhook("sim", "create", str(root), "--gpus", str(gpus))
+    config = root / "config.toml"
+    cmd = nvhook_command()
+    step = HookEntry(cmd[0], ("nvhook", *cmd[1:], "--config", str(config), "sim", "prestart"))
+    return DriverSetup(root, config, (step,), simulated=True)
+
+
+def real_driver() -> DriverSetup:
+    return DriverSetup(Path("/"), None, (), simulated=False)
+
+
+def has_real_driver() -> bool:
+    """A loaded NVIDIA driver: /dev/nvidiactl and libnvidia-ml.so.1 in the host ld.so.cache."""
+    if not os.path.exists(REAL_DRIVER_NODE):
+        return False
+    try:
+        with open("/etc/ld.so.cache", "rb") as f:
+            return NVML_SONAME.encode() + b"\0" in f.read()
+    except OSError:
+        return False
+
+
+def install_hook(prefix: Path) -> Path:
+    """`nvhook install --prefix prefix`; return the launcher it wrote."""
+    _run_nvhook("install", "--prefix", str(prefix))
+    launcher = prefix / HOOK_NAME
+    if not launcher.is_file():
+        raise NvhookError(f"install hook into {prefix}: {launcher} was not written")
+    return launcher
+
+
+def nvhook_hook_entry(launcher: Path, config: Path | None, *flags: str) -> HookEntry:
+    """Our prestart entry, as the toolkit's installers write it (plus --config)."""
+    args = [HOOK_NAME]
+    if config is not None:
+        args += ["--config", str(config)]
+    return HookEntry(str(launcher), (*args, *flags, "prestart"))
