@@ -21,8 +21,15 @@ class MountFlag(enum.Flag):
     NOEXEC = enum.auto()
 
     def names(self) -> str:
-        return ",".join(m.name.lower() for m in type(self) if m in self and m.name) or "rw"
+        """Mount-option style: "ro,nosuid,nodev" ("rw" when no flag is set)."""
+        words = [_FLAG_WORDS[m.name] for m in type(self) if m in self and m.name]
+        return ",".join(words) or "rw"
 
+
+_FLAG_WORDS = {"RDONLY": "ro", "NOSUID": "nosuid", "NODEV": "nodev", "NOEXEC": "noexec"}
+
+
+UNGATED = DriverCapability(0)  # exposed whatever the capabilities
 
 RO_LIB = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID
 RO_DEV = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
@@ -67,6 +74,7 @@ class Bind:
     flags: MountFlag
     what: str  # "library", "binary", "device", "ipc", "firmware", "procfs", "mig"
     rdev: tuple[int, int] | None = None  # (major, minor) the source must have
+    gate: DriverCapability = UNGATED  # capabilities that brought it in (UNGATED = any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +110,35 @@ class MountPlan:
     capabilities: DriverCapability
     gpus: tuple[str, ...]  # uuids of the selected GPUs
     mig_devices: tuple[str, ...]  # uuids of the selected MIG devices
+    warnings: tuple[str, ...] = ()  # things skipped on purpose (logged by the engine)
+
+    def count(self, kind: type[PlanEntry]) -> int:
+        """How many entries of one kind (Bind, Tmpfs, WriteFile, Symlink) the plan holds."""
+        return sum(1 for e in self.entries if isinstance(e, kind))
+
+
+class CompatMode(enum.Enum):
+    """`nvidia-container-runtime.modes.legacy.cuda-compat-mode` (libnvc-spec §2.8)."""
+
+    LDCONFIG = "ldconfig"  # compat dir first in ldconfig's dirs when its libcuda is newer
+    MOUNT = "mount"  # treated as LDCONFIG: image files are never mount sources
+    DISABLED = "disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcFile:
+    """A host /proc/driver/nvidia file copied into the procfs view (read before planning)."""
+
+    name: str  # "params", "version", "registry"
+    data: bytes
+    mode: int  # permission bits of the host file
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """What the request asks beyond devices and capabilities, plus host facts read earlier."""
+
+    compat_mode: CompatMode = CompatMode.LDCONFIG
+    imex_channels: tuple[int, ...] = ()
+    no_cgroups: bool = False  # plan no device rules
+    proc_files: tuple[ProcFile, ...] = ()  # host params/version/registry, in that order

@@ -1,0 +1,70 @@
+"""Fault points: make a chosen effect of the engine fail, to test rollback (test support).
+
+The engine calls `faults(step)` right before every effect: each mount, each created file,
+directory or symlink, each tmpfs flag change, ldconfig, each cgroup write, NVML init. A
+`Faults` object that is not armed only records the step names (`steps`), so a test can list
+every step of a run and then arm each one in turn.
+
+Arming from the environment needs all three of:
+
+- `NVHOOK_TEST_FAULTS=1` (tests set it; nothing in production does),
+- `NVHOOK_FAULT=<step name or prefix>[:<nth>]` (nth counts matching steps from 1, default 1;
+  an empty prefix matches every step, so `NVHOOK_FAULT=:7` fails the 7th effect),
+- a debug run (`--debug` or `nvidia-container-cli.debug` set).
+
+Image env never reaches the hook (runc runs hooks with the hook entry's own env), and the
+two variables plus debug keep a stray variable from breaking production starts. When the
+prefix itself contains a `:`, always give the count (`cgroup allow c 195:0:1`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+ENV_FAULT = "NVHOOK_FAULT"
+ENV_ENABLE = "NVHOOK_TEST_FAULTS"
+
+
+class Faults:
+    """Records steps; when armed, raises OSError(EIO) at the nth step matching `prefix`."""
+
+    def __init__(self, prefix: str | None = None, nth: int = 1) -> None:
+        self.prefix = prefix  # None: never fail
+        self.nth = nth
+        self.steps: list[str] = []
+        self._matched = 0
+
+    @classmethod
+    def parse(cls, spec: str) -> Faults:
+        """`<prefix>[:<nth>]` as in NVHOOK_FAULT."""
+        prefix, sep, count = spec.rpartition(":")
+        if sep and count.isdigit() and int(count) > 0:
+            return cls(prefix, int(count))
+        return cls(spec)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], *, debug: bool) -> Faults:
+        """Armed only with NVHOOK_TEST_FAULTS=1, NVHOOK_FAULT set and a debug run."""
+        spec = environ.get(ENV_FAULT)
+        if spec is None or environ.get(ENV_ENABLE) != "1" or not debug:
+            return cls()
+        log.warning("fault injection armed: %s=%s", ENV_FAULT, spec)
+        return cls.parse(spec)
+
+    @property
+    def armed(self) -> bool:
+        return self.prefix is not None
+
+    def __call__(self, step: str) -> None:
+        """A fault point: call right before the effect named `step`."""
+        self.steps.append(step)
+        if self.prefix is None or not step.startswith(self.prefix):
+            return
+        self._matched += 1
+        if self._matched == self.nth:
+            log.warning("injecting a fault at step %r", step)
+            raise OSError(errno.EIO, f"injected fault ({ENV_FAULT}={self.prefix}:{self.nth})")
