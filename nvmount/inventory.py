@@ -56,6 +56,7 @@ class MigDevice:
     ci_access: str  # proc path ".../gi1/ci0/access"
     gi_cap: DeviceNode | None = None  # /dev/nvidia-caps/nvidia-capN for gi access
     ci_cap: DeviceNode | None = None
+    gpu_index: int = -1  # NVML index of the parent GPU
 
 
 @dataclass(frozen=True, slots=True)
