@@ -1,0 +1,236 @@
+"""Capabilities per engine stage (what libnvc-spec §8 does, for our engine's own needs).
+
+Stage: privileges, used by every stage of the hook. Touches only the calling process's
+capability sets, bounding set, securebits and credentials (never files).
+
+Model: at hook start `limit_permitted()` cuts the permitted set (and the bounding set) down to
+what all stages together need; each stage then runs with exactly its own capabilities
+effective (`with stage(Stage.MOUNT): ...` or `drop_to(Stage.MOUNT)`). Helpers we exec get none:
+`drop_for_exec(uid, gid)` clears every set, locks root's exec privileges away and sets
+no_new_privs.
+
+When the process is not root (a dry run by a normal user) everything here is a no-op with a
+debug log. python-prctl is imported lazily: its C module `_prctl` costs ~0.4 ms, the
+`prctl` wrapper module ~3 ms (it builds classes at import), so only `_prctl` is used.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
+log = logging.getLogger(__name__)
+
+
+class Cap(enum.IntEnum):
+    """Linux capability numbers (linux/capability.h)."""
+
+    CHOWN = 0
+    DAC_OVERRIDE = 1
+    DAC_READ_SEARCH = 2
+    FOWNER = 3
+    FSETID = 4
+    KILL = 5
+    SETGID = 6
+    SETUID = 7
+    SETPCAP = 8
+    NET_ADMIN = 12
+    SYS_MODULE = 16
+    SYS_CHROOT = 18
+    SYS_PTRACE = 19
+    SYS_ADMIN = 21
+    MKNOD = 27
+    BPF = 39
+
+
+class Stage(enum.Enum):
+    INIT = "init"  # config, spec, driver discovery (NVML, driver root, /dev, /proc)
+    KMODS = "kmods"  # load-kmods: kernel modules and NVIDIA device nodes on the host
+    CONTAINER = "container"  # the target: /proc/<pid>/ns/mnt, /proc/<pid>/root, cgroup paths
+    MOUNT = "mount"  # setns into the container and apply the mount plan
+    LDCACHE = "ldcache"  # fork the ldconfig sandbox (setns, unshare, pivot, drop, kill)
+    CGROUP = "cgroup"  # v1 devices.allow; v2 device eBPF program query/load/replace
+    SHUTDOWN = "shutdown"  # nothing privileged is left to do
+
+
+# What each stage needs (libnvc-spec §8 as a guide, trimmed to what this engine does):
+# - opening /proc/<pid>/ns/* and /proc/<pid>/root of another process is a ptrace-read check;
+# - setns(CLONE_NEWNS) needs SYS_ADMIN + SYS_CHROOT; pivot_root SYS_ADMIN;
+# - mountpoints are created as the container owner (setfsuid: SETUID/SETGID) in directories
+#   the owner may not be able to write as uid 0 without DAC_OVERRIDE (user namespaces);
+# - the ldconfig child drops to the container owner (SETUID/SETGID), drops the bounding set and
+#   sets securebits (SETPCAP); the hook kills it on timeout (KILL: its uid differs);
+# - writing devices.allow needs SYS_ADMIN (DAC_OVERRIDE when a delegated cgroup is not root's);
+#   cgroup-v2 device programs, measured on 6.18: BPF_PROG_LOAD needs BPF+NET_ADMIN or SYS_ADMIN
+#   (CAP_BPF alone: EPERM), BPF_PROG_QUERY/ATTACH/DETACH NET_ADMIN or SYS_ADMIN,
+#   BPF_PROG_GET_FD_BY_ID SYS_ADMIN only - so SYS_ADMIN alone covers the whole replace.
+STAGE_CAPS: dict[Stage, frozenset[Cap]] = {
+    Stage.INIT: frozenset({Cap.DAC_READ_SEARCH, Cap.DAC_OVERRIDE}),
+    Stage.KMODS: frozenset(
+        {Cap.SYS_MODULE, Cap.MKNOD, Cap.CHOWN, Cap.FOWNER, Cap.DAC_OVERRIDE}
+    ),
+    Stage.CONTAINER: frozenset({Cap.SYS_PTRACE, Cap.DAC_READ_SEARCH}),
+    Stage.MOUNT: frozenset(
+        {
+            Cap.SYS_ADMIN,
+            Cap.SYS_CHROOT,
+            Cap.SYS_PTRACE,
+            Cap.DAC_OVERRIDE,
+            Cap.DAC_READ_SEARCH,
+            Cap.CHOWN,
+            Cap.FOWNER,
+            Cap.SETUID,
+            Cap.SETGID,
+        }
+    ),
+    Stage.LDCACHE: frozenset(
+        {
+            Cap.SYS_ADMIN,
+            Cap.SYS_CHROOT,
+            Cap.DAC_READ_SEARCH,
+            Cap.SETUID,
+            Cap.SETGID,
+            Cap.SETPCAP,
+            Cap.KILL,
+        }
+    ),
+    Stage.CGROUP: frozenset({Cap.SYS_ADMIN, Cap.DAC_OVERRIDE}),
+    Stage.SHUTDOWN: frozenset(),
+}
+
+# securebits (linux/securebits.h): exec as uid 0 grants nothing, keep-caps can never be set
+SECBIT_NOROOT = 0x01
+SECBIT_NOROOT_LOCKED = 0x02
+SECBIT_KEEP_CAPS_LOCKED = 0x20
+_EXEC_SECUREBITS = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_KEEP_CAPS_LOCKED
+
+
+def caps_for(stages: Iterable[Stage]) -> frozenset[Cap]:
+    """The union of the capabilities of `stages` (pure)."""
+    out: frozenset[Cap] = frozenset()
+    for s in stages:
+        out |= STAGE_CAPS[s]
+    return out
+
+
+def _prctl() -> ModuleType | None:
+    """python-prctl's C module, or None (with a debug log) when we are not root."""
+    if os.geteuid() != 0:
+        log.debug("not root (euid %d): leaving capabilities unchanged", os.geteuid())
+        return None
+    return importlib.import_module("_prctl")
+
+
+def _all_caps(p: ModuleType) -> list[int]:
+    return list(range(int(p.CAP_LAST_CAP) + 1))
+
+
+def _current(p: ModuleType, flag: int) -> set[int]:
+    caps = p.get_caps(_all_caps(p), _all_caps(p), _all_caps(p))[flag]
+    return {int(c) for c, on in caps.items() if on}
+
+
+def effective() -> frozenset[int]:
+    """The current effective set as capability numbers (empty when not root)."""
+    p = _prctl()
+    return frozenset() if p is None else frozenset(_current(p, p.CAP_EFFECTIVE))
+
+
+def _set_effective(p: ModuleType, want: set[int]) -> None:
+    permitted = _current(p, p.CAP_PERMITTED)
+    on = sorted(want & permitted)
+    off = sorted(set(_all_caps(p)) - set(on))
+    p.set_caps(on, [], [], off, [], [])
+
+
+def drop_to(stage: Stage) -> None:
+    """Make exactly `stage`'s capabilities effective (those still permitted)."""
+    p = _prctl()
+    if p is None:
+        return
+    _set_effective(p, {int(c) for c in STAGE_CAPS[stage]})
+    log.debug("privileges: stage %s, effective %s", stage.value,
+              ",".join(c.name.lower() for c in sorted(STAGE_CAPS[stage])) or "none")
+
+
+@contextmanager
+def stage(which: Stage) -> Iterator[None]:
+    """Run a block with `which`'s capabilities effective; restore the previous set after."""
+    p = _prctl()
+    if p is None:
+        yield
+        return
+    before = _current(p, p.CAP_EFFECTIVE)
+    drop_to(which)
+    try:
+        yield
+    finally:
+        _set_effective(p, before)
+
+
+def _drop_bounding(p: ModuleType, keep: set[int]) -> None:
+    for cap in _all_caps(p):
+        if cap not in keep:
+            p.prctl(p.PR_CAPBSET_DROP, cap)
+
+
+def limit_permitted(caps: Iterable[Cap] | None = None, *, bounding: bool = True) -> None:
+    """Cut permitted (and, unless `bounding=False`, the bounding set) to `caps`.
+
+    `caps` defaults to what every stage together needs. Inheritable (and with it ambient)
+    is cleared; effective keeps only what stays permitted. Call once at hook start.
+    """
+    p = _prctl()
+    if p is None:
+        return
+    keep = {int(c) for c in (caps_for(Stage) if caps is None else caps)}
+    if bounding and int(Cap.SETPCAP) in _current(p, p.CAP_PERMITTED):
+        p.set_caps([int(Cap.SETPCAP)], [], [], [], [], [])
+        _drop_bounding(p, keep)
+    every = _all_caps(p)
+    drop = [c for c in every if c not in keep]
+    p.set_caps([], [], [], drop, drop, every)
+    log.debug("privileges: permitted limited to %s",
+              ",".join(Cap(c).name.lower() for c in sorted(keep)) or "none")
+
+
+def drop_for_exec(uid: int, gid: int) -> tuple[str, ...]:
+    """Become `uid:gid` with no capabilities at all, for exec'ing a helper; returns warnings.
+
+    Order: securebits (exec as root grants nothing), bounding set, groups, gid, uid, clear
+    effective/permitted/inheritable (and so ambient), no_new_privs, then verify. Needs
+    SETPCAP, SETUID, SETGID effective. Raises OSError when a step that matters fails.
+    """
+    warnings: list[str] = []
+    p = _prctl()
+    if p is None:
+        return ("not root: running the helper with the caller's own credentials",)
+    p.set_caps([int(Cap.SETPCAP)], [], [], [], [], [])
+    p.prctl(p.PR_SET_SECUREBITS, _EXEC_SECUREBITS)
+    _drop_bounding(p, set())
+    try:
+        os.setgroups([gid])
+    except PermissionError:  # setgroups denied in this user namespace: keep what we have
+        warnings.append(f"setgroups([{gid}]) denied: keeping supplementary groups")
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    every = _all_caps(p)
+    p.set_caps([], [], [], every, every, every)
+    p.prctl(p.PR_SET_NO_NEW_PRIVS, 1)
+    _verify_dropped(p, uid, gid)
+    return tuple(warnings)
+
+
+def _verify_dropped(p: ModuleType, uid: int, gid: int) -> None:
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        raise PermissionError(1, f"credentials did not change to {uid}:{gid}")
+    left = p.get_caps(_all_caps(p), _all_caps(p), _all_caps(p))
+    if any(on for flag in left.values() for on in flag.values()):
+        raise PermissionError(1, "capabilities are still set after clearing them")
+    if any(p.prctl(p.PR_CAPBSET_READ, c) for c in _all_caps(p)):
+        raise PermissionError(1, "the bounding set is not empty after dropping it")
