@@ -9,7 +9,8 @@
     ├── PathError               a path inside the container root could not be resolved safely
     ├── MountError              a mount step failed (op, source, target, flags)
     ├── LdcacheError            the container's ldcache update
-    └── CgroupError             the device cgroup update
+    ├── CgroupError             the device cgroup update
+    └── SimError                building the simulated driver (nvmount.sim)
 
 Messages follow "<op> <subject>: <cause> (<hint>)": lowercase, no trailing period.
 """
@@ -63,4 +64,8 @@ class LdcacheError(NvmountError):
 
 
 class CgroupError(NvmountError):
+    pass
+
+
+class SimError(NvmountError):
     pass
