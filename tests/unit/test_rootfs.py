@@ -1,0 +1,444 @@
+"""nvmount.rootfs: in-root lookups and creation on real temp trees (security.md F1-F5, F13-F15)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import shutil
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nvmount._libc import Libc
+from nvmount.errors import PathError
+from nvmount.plan_types import SourceKind
+from nvmount.rootfs import Created, EntryKind, Root, split_path
+from tests.unit._privns import in_private_ns
+
+pytestmark = pytest.mark.root
+
+LIB = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+
+
+@pytest.fixture
+def libc() -> Libc:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    return Libc()
+
+
+@pytest.fixture
+def rootfs(tmp_path: Path) -> Path:
+    r = tmp_path / "rootfs"
+    for d in ("etc", "usr/bin", "usr/lib", "proc", "dev", "run"):
+        (r / d).mkdir(parents=True)
+    (r / "etc/debian_version").write_text("12\n")
+    return r
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A host path that must never come into existence (F1-F4)."""
+    path = f"/tmp/HOST_LIB_{secrets.token_hex(6)}"
+    yield path
+    exists = os.path.lexists(path)
+    if exists:
+        shutil.rmtree(path, ignore_errors=True)
+    assert not exists, f"host marker {path} was created"
+
+
+def listing(root: Path) -> list[tuple[str, int, str]]:
+    """Every entry below root: (relative path, type bits, link text)."""
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            link = os.readlink(p) if stat.S_ISLNK(st.st_mode) else ""
+            out.append((os.path.relpath(p, root), stat.S_IFMT(st.st_mode), link))
+    return sorted(out)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+# -- opening the root -----------------------------------------------------------------------
+def test_open_root_records_prefix_and_cloexec(rootfs: Path, libc: Libc) -> None:
+    with Root.open(str(rootfs), libc) as root:
+        assert root.prefix == str(rootfs)
+        assert fcntl.fcntl(root.fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        fd = root.open_path("/etc")
+        try:
+            assert root.real_path(fd) == "/etc"
+        finally:
+            os.close(fd)
+
+
+def test_rootfs_that_is_a_symlink_is_refused(rootfs: Path, libc: Libc) -> None:
+    link = rootfs.parent / "link"
+    link.symlink_to(rootfs)
+    with pytest.raises(PathError, match="rootfs is a symlink"):
+        Root.open(str(link), libc)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda p: p.symlink_to("/proc"), "ordinary directory"),
+        (lambda p: p.write_text(""), "ordinary directory"),
+        (lambda p: None, "no such file"),
+    ],
+    ids=["proc-symlink", "proc-file", "proc-missing"],
+)
+def test_proc_must_be_an_ordinary_directory(rootfs: Path, libc: Libc, make, match) -> None:
+    (rootfs / "proc").rmdir()
+    make(rootfs / "proc")
+    with pytest.raises(PathError, match=match):
+        Root.open(str(rootfs), libc, require_proc_dir=True)
+
+
+# -- creating mount points --------------------------------------------------------------------
+def test_ensure_file_creates_ancestors_with_owner_and_mode(rootfs: Path, libc: Libc) -> None:
+    old = os.umask(0o077)
+    try:
+        with Root.open(str(rootfs), libc) as root:
+            fd, created = root.ensure_file(LIB, 0o644, 1000, 1001)
+            assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+            assert root.real_path(fd) == LIB
+            os.close(fd)
+    finally:
+        os.umask(old)
+    assert [(c.path, c.kind) for c in created] == [
+        ("/usr/lib/x86_64-linux-gnu", EntryKind.DIRECTORY),
+        (LIB, EntryKind.FILE),
+    ]
+    d = os.stat(rootfs / "usr/lib/x86_64-linux-gnu")
+    f = os.stat(rootfs / LIB.lstrip("/"))
+    assert (d.st_uid, d.st_gid, stat.S_IMODE(d.st_mode)) == (1000, 1001, 0o755)
+    assert (f.st_uid, f.st_gid, stat.S_IMODE(f.st_mode)) == (1000, 1001, 0o644)
+    assert stat.S_ISREG(f.st_mode) and f.st_size == 0
+
+
+def test_existing_regular_file_is_reused(rootfs: Path, libc: Libc,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    (rootfs / "usr/bin/nvidia-smi").write_text("image content")
+    caplog.set_level("INFO")
+    with Root.open(str(rootfs), libc) as root:
+        fd, created = root.ensure_file("/usr/bin/nvidia-smi")
+        os.close(fd)
+    assert created == ()
+    assert (rootfs / "usr/bin/nvidia-smi").read_text() == "image content"
+    assert "image already has /usr/bin/nvidia-smi; mounting over it" in caplog.text
+
+
+def test_existing_directory_is_reused(rootfs: Path, libc: Libc) -> None:
+    with Root.open(str(rootfs), libc) as root:
+        fd, created = root.ensure_dir("/usr/lib")
+        assert root.real_path(fd) == "/usr/lib"
+        os.close(fd)
+    assert created == ()
+
+
+@pytest.mark.parametrize(
+    "link",
+    ["/etc/passwd", "../../etc/shadow", "/nonexistent", "nvidia-smi"],
+    ids=["absolute", "relative-dotdot", "dangling", "self-loop"],
+)
+def test_leaf_symlink_at_file_target_is_replaced_never_followed(
+    rootfs: Path, libc: Libc, link: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """F5: /usr/bin/nvidia-smi -> /etc/passwd: the link is replaced, its target untouched."""
+    (rootfs / "etc/passwd").write_text("root:x:0:0\n")
+    (rootfs / "usr/bin/nvidia-smi").symlink_to(link)
+    with Root.open(str(rootfs), libc) as root:
+        fd, created = root.ensure_file("/usr/bin/nvidia-smi")
+        os.close(fd)
+    st = os.lstat(rootfs / "usr/bin/nvidia-smi")
+    assert stat.S_ISREG(st.st_mode)
+    assert [c.path for c in created] == ["/usr/bin/nvidia-smi"]
+    assert (rootfs / "etc/passwd").read_text() == "root:x:0:0\n"
+    assert not (rootfs / "nonexistent").exists()
+    assert f"replaced symlink -> {link} at /usr/bin/nvidia-smi" in caplog.text
+
+
+def test_directory_where_a_file_is_expected(rootfs: Path, libc: Libc) -> None:
+    (rootfs / "usr/bin/nvidia-smi").mkdir()
+    with Root.open(str(rootfs), libc) as root, pytest.raises(
+        PathError, match=r"/usr/bin/nvidia-smi in rootfs .*: is a directory where a file"
+    ):
+        root.ensure_file("/usr/bin/nvidia-smi")
+
+
+def test_file_where_a_directory_is_expected(rootfs: Path, libc: Libc) -> None:
+    (rootfs / "usr/lib64").write_text("")
+    with Root.open(str(rootfs), libc) as root, pytest.raises(
+        PathError, match=r"resolve /usr/lib64 in rootfs .*: is a regular file, not a directory"
+    ):
+        root.ensure_file("/usr/lib64/libcuda.so.1")
+
+
+def test_directory_target_resolving_to_the_root_is_refused(rootfs: Path, libc: Libc) -> None:
+    (rootfs / "proc/driver").mkdir()
+    (rootfs / "proc/driver/nvidia").symlink_to("/")
+    with Root.open(str(rootfs), libc) as root, pytest.raises(PathError, match="rootfs itself"):
+        root.ensure_mountpoint("/proc/driver/nvidia", SourceKind.DIRECTORY)
+
+
+# -- escapes: F1-F4 ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "link, landed",
+    [
+        ("{marker}", "{marker}/libcuda.so.1"),
+        ("../../../../../../..{marker}", "{marker}/libcuda.so.1"),
+        ("/../../..//{marker}", "{marker}/libcuda.so.1"),
+        ("../../../../../../../usr/lib", "/usr/lib/libcuda.so.1"),
+        ("/", "/libcuda.so.1"),
+    ],
+    ids=["F1-absolute", "F2-relative-dotdot", "F2-absolute-dotdot", "F2-dotdot-back-in",
+         "F3-link-to-root"],
+)
+def test_ancestor_symlinks_resolve_inside_the_root(
+    rootfs: Path, libc: Libc, marker: str, link: str, landed: str
+) -> None:
+    (rootfs / "usr/lib/x86_64-linux-gnu").symlink_to(link.format(marker=marker))
+    with Root.open(str(rootfs), libc) as root:
+        fd, _ = root.ensure_file(LIB)
+        where = root.real_path(fd)
+        os.close(fd)
+    assert where == landed.format(marker=marker)
+    assert (rootfs / where.lstrip("/")).is_file()
+
+
+def test_usr_link_to_root_keeps_writes_in_the_rootfs(rootfs: Path, libc: Libc) -> None:
+    """F3: /usr -> / : a bin target lands in <rootfs>/bin, host /usr/bin is untouched."""
+    shutil.rmtree(rootfs / "usr")
+    (rootfs / "usr").symlink_to("/")
+    name = f"nvhook-test-{secrets.token_hex(4)}"
+    with Root.open(str(rootfs), libc) as root:
+        fd, _ = root.ensure_file(f"/usr/bin/{name}")
+        assert root.real_path(fd) == f"/bin/{name}"
+        os.close(fd)
+    assert not os.path.lexists(f"/usr/bin/{name}")
+    assert (rootfs / "bin" / name).is_file()
+
+
+def _magic_case(rootfs: str, link: str, marker: str) -> str:
+    from nvmount import _libc
+
+    libc = Libc()
+    libc.mount("proc", f"{rootfs}/proc", "proc", _libc.MS_NOSUID | _libc.MS_NODEV)
+    os.symlink(link, f"{rootfs}/usr/lib/x86_64-linux-gnu")
+    with Root.open(rootfs, libc) as root:
+        try:
+            root.ensure_file(LIB)
+        except PathError as err:
+            opened = str(err)
+        else:
+            opened = "created"
+        try:
+            root.open_path(LIB)
+        except PathError as err:
+            return f"{opened} | {err}"
+    return f"{opened} | opened"
+
+
+@pytest.mark.parametrize(
+    "link",
+    ["/proc/1/root/usr/lib", "/proc/self/cwd/..", "/proc/1/cwd", "/proc/thread-self/root",
+     "/proc/self/root{marker}"],
+    ids=["proc-1-root", "self-cwd", "1-cwd", "thread-self-root", "self-root-marker"],
+)
+def test_magic_links_are_refused(rootfs: Path, marker: str, link: str) -> None:
+    """F4: links through /proc/<pid>/{root,cwd} are refused by the walk and by openat2."""
+    out = in_private_ns(_magic_case, str(rootfs), link.format(marker=marker), marker)
+    created, opened = out.split(" | ")
+    assert "magic link" in created
+    assert opened != "opened"  # openat2 (RESOLVE_NO_MAGICLINKS) refused it too
+
+
+# -- F15: loops, depth, long names ------------------------------------------------------------
+def _chain(rootfs: Path, n: int) -> None:
+    (rootfs / "target").mkdir()
+    for i in range(n):
+        (rootfs / f"l{i}").symlink_to(f"/l{i + 1}" if i + 1 < n else "/target")
+
+
+@pytest.mark.parametrize(
+    "setup, path, ok",
+    [
+        (lambda r: (r / "a").symlink_to("b") or (r / "b").symlink_to("a"), "/a/x", False),
+        (lambda r: (r / "a").symlink_to("a/x"), "/a/y", False),
+        (lambda r: _chain(r, 40), "/l0/file", True),
+        (lambda r: _chain(r, 41), "/l0/file", False),
+    ],
+    ids=["a-b-a-loop", "self-nesting-loop", "40-deep-chain", "41-deep-chain"],
+)
+def test_symlink_loops_and_depth(rootfs: Path, libc: Libc, setup, path: str, ok: bool) -> None:
+    setup(rootfs)
+    with Root.open(str(rootfs), libc) as root:
+        if ok:
+            fd, _ = root.ensure_file(path)
+            assert root.real_path(fd) == "/target/file"
+            os.close(fd)
+        else:
+            with pytest.raises(PathError, match="symlink loop"):
+                root.ensure_file(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/" + "n" * 4096, "/usr/" + "n" * 256 + "/lib", "/" + "/".join(["d" * 200] * 21) + "/f"],
+    ids=["4096-byte-name", "256-byte-component", "4200-byte-path"],
+)
+def test_long_names_fail_cleanly(rootfs: Path, libc: Libc, path: str) -> None:
+    before = listing(rootfs)
+    with Root.open(str(rootfs), libc) as root, pytest.raises(PathError) as info:
+        root.ensure_file(path)
+    assert "name too long" in str(info.value)
+    assert len(str(info.value)) < 400
+    assert listing(rootfs) == before
+
+
+# -- F14: special files at targets ------------------------------------------------------------
+def _special(rootfs: str, kind: str, source_kind: SourceKind) -> tuple[int, int]:
+    target = f"{rootfs}/usr/bin/nvidia-smi"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(target)
+        s.close()
+    elif kind == "chr":
+        os.mknod(target, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    elif kind == "blk":
+        os.mknod(target, stat.S_IFBLK | 0o600, os.makedev(7, 0))
+    with Root.open(rootfs, Libc()) as root:
+        fd, created = root.ensure_mountpoint("/usr/bin/nvidia-smi", source_kind)
+        os.close(fd)
+    return stat.S_IFMT(os.lstat(target).st_mode), len(created)
+
+
+@pytest.mark.parametrize(
+    "kind, source_kind, result, created",
+    [
+        ("fifo", SourceKind.FILE, stat.S_IFREG, 1),
+        ("fifo", SourceKind.DEVICE, stat.S_IFREG, 1),
+        ("socket", SourceKind.FILE, stat.S_IFREG, 1),
+        ("socket", SourceKind.SOCKET, stat.S_IFSOCK, 0),
+        ("chr", SourceKind.FILE, stat.S_IFREG, 1),
+        ("chr", SourceKind.DEVICE, stat.S_IFCHR, 0),
+        ("blk", SourceKind.DEVICE, stat.S_IFREG, 1),
+    ],
+    ids=["fifo-file", "fifo-device", "socket-file", "socket-socket", "chr-file",
+         "chr-device", "blk-device"],
+)
+def test_special_files_at_targets(
+    rootfs: Path, kind: str, source_kind: SourceKind, result: int, created: int
+) -> None:
+    """F14: never opened for reading (no hang: the child has a 10 s alarm)."""
+    got = in_private_ns(_special, str(rootfs), kind, source_kind, timeout=10)
+    assert got == (result, created)
+
+
+# -- symlinks and files -----------------------------------------------------------------------
+def test_symlink_created_with_owner_and_parents(rootfs: Path, libc: Libc) -> None:
+    with Root.open(str(rootfs), libc) as root:
+        created = root.symlink("/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.1", 7, 8)
+    assert [(c.path, c.kind) for c in created] == [
+        ("/usr/lib/x86_64-linux-gnu", EntryKind.DIRECTORY),
+        ("/usr/lib/x86_64-linux-gnu/libcuda.so", EntryKind.SYMLINK),
+    ]
+    link = rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so"
+    assert os.readlink(link) == "libcuda.so.1"
+    st = os.lstat(link)
+    assert (st.st_uid, st.st_gid) == (7, 8)
+    assert [n for n in os.listdir(link.parent) if n.startswith(".nvhook")] == []
+
+
+@pytest.mark.parametrize(
+    "existing",
+    [lambda p: p.write_text("x"), lambda p: p.symlink_to("/etc/passwd"), lambda p: p.mkdir(),
+     lambda p: os.mkfifo(p)],
+    ids=["file", "symlink", "directory", "fifo"],
+)
+def test_symlink_keeps_an_existing_entry(rootfs: Path, libc: Libc, existing) -> None:
+    path = rootfs / "usr/lib/libcuda.so"
+    existing(path)
+    before = listing(rootfs)
+    with Root.open(str(rootfs), libc) as root:
+        assert root.symlink("/usr/lib/libcuda.so", "libcuda.so.1") == ()
+    assert listing(rootfs) == before
+
+
+def test_write_file_creates_exclusively(rootfs: Path, libc: Libc) -> None:
+    (rootfs / "etc/real").write_text("secret")
+    (rootfs / "etc/link").symlink_to("real")
+    with Root.open(str(rootfs), libc) as root:
+        entry = root.write_file("/etc/params", b"ModifyDeviceFiles: 0\n", 0o444)
+        for target in ("/etc/params", "/etc/link"):
+            with pytest.raises(PathError, match="file exists"):
+                root.write_file(target, b"x")
+    assert entry.kind is EntryKind.FILE and entry.path == "/etc/params"
+    assert (rootfs / "etc/params").read_bytes() == b"ModifyDeviceFiles: 0\n"
+    assert stat.S_IMODE(os.stat(rootfs / "etc/params").st_mode) == 0o444
+    assert (rootfs / "etc/real").read_text() == "secret"
+
+
+# -- rollback ---------------------------------------------------------------------------------
+def test_remove_created_restores_the_tree(rootfs: Path, libc: Libc) -> None:
+    (rootfs / "usr/bin/nvidia-smi").symlink_to("/etc/passwd")
+    before = listing(rootfs)
+    (rootfs / "usr/bin/nvidia-smi").unlink()  # the replaced link is not restored: compare without
+    before = [e for e in before if e[0] != "usr/bin/nvidia-smi"]
+    fds = open_fds()
+    with Root.open(str(rootfs), libc) as root:
+        done: list[Created] = []
+        for path in (LIB, "/opt/a/b/c/file", "/usr/bin/nvidia-smi"):
+            fd, created = root.ensure_file(path)
+            os.close(fd)
+            done += created
+        fd, created = root.ensure_dir("/run/nvidia-persistenced")
+        os.close(fd)
+        done += created
+        done += root.symlink("/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.1")
+        assert listing(rootfs) != before
+        assert all(root.remove_created(e) for e in reversed(done))
+    assert listing(rootfs) == before
+    assert open_fds() == fds
+
+
+def test_remove_created_keeps_a_swapped_entry(rootfs: Path, libc: Libc) -> None:
+    with Root.open(str(rootfs), libc) as root:
+        fd, (entry,) = root.ensure_file("/etc/new")
+        os.close(fd)
+        (rootfs / "etc/other").write_text("someone else's")
+        (rootfs / "etc/other").rename(rootfs / "etc/new")  # a different inode now
+        assert root.remove_created(entry) is False
+        (rootfs / "etc/new").unlink()
+        assert root.remove_created(entry) is False
+        dfd, (d,) = root.ensure_dir("/etc/newdir")
+        os.close(dfd)
+        (rootfs / "etc/newdir/content").write_text("")
+        assert root.remove_created(d) is False
+    assert (rootfs / "etc/newdir/content").exists()
+
+
+def test_failed_walk_removes_what_it_created(rootfs: Path, libc: Libc) -> None:
+    (rootfs / "etc/file").write_text("")
+    (rootfs / "l").symlink_to("/newA/newB/../../etc/file/x")
+    before = listing(rootfs)
+    fds = open_fds()
+    with Root.open(str(rootfs), libc) as root, pytest.raises(PathError, match="not a directory"):
+        root.ensure_file("/l/target")
+    assert listing(rootfs) == before
+    assert open_fds() == fds
+
+
+def test_split_path() -> None:
+    assert split_path("//usr/./lib/") == ["usr", "lib"]
+    assert split_path("/") == []
