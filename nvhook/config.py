@@ -1,0 +1,395 @@
+"""Stage 0 of the hook: `config.toml` (NVIDIA's keys and defaults, hook-spec 2.1, plus `[nvhook]`).
+
+Reads one file (and, for two host-dependent defaults, `/etc/os-release` and whether
+`/sbin/ldconfig.real` exists); everything else is pure. Lookup order (`find_config`):
+`--config` > `NVIDIA_CTK_CONFIG_FILE_PATH` > `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`
+> `/etc/nvidia-container-runtime/config.toml`. A missing explicit file is an error; missing
+default files mean built-in defaults.
+
+Dotted keys and tables are equivalent (TOML itself makes them so), unknown keys are ignored, a
+value of the wrong type is an error naming the key, the value and the expected type.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nvhook.errors import ConfigError
+from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
+
+DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
+CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
+_MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
+CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
+
+
+@dataclass(frozen=True, slots=True)
+class CliConfig:
+    """`[nvidia-container-cli]`: what nvidia-container-cli got; nvmount's engine settings."""
+
+    root: str = ""
+    path: str = ""
+    environment: tuple[str, ...] = ()
+    debug: str = ""
+    ldcache: str = ""
+    load_kmods: bool = True
+    no_pivot: bool = False
+    no_cgroups: bool = False
+    user: str = ""
+    ldconfig: str = "@/sbin/ldconfig"  # normalised (hook-spec 1.16): "@<host path>" or verbatim
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """`[nvidia-container-runtime]`."""
+
+    debug: str = "/dev/null"
+    log_level: str = "info"
+    runtimes: tuple[str, ...] = ("docker-runc", "runc", "crun")
+    mode: str = "auto"
+    modes_csv_mount_spec_path: str = "/etc/nvidia-container-runtime/host-files-for-container.d"
+    modes_cdi_default_kind: str = "nvidia.com/gpu"
+    modes_cdi_annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
+    modes_cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    modes_legacy_cuda_compat_mode: str = "ldconfig"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHookConfig:
+    """`[nvidia-container-runtime-hook]`."""
+
+    path: str = "nvidia-container-runtime-hook"
+    skip_mode_detection: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CtkConfig:
+    """`[nvidia-ctk]`."""
+
+    path: str = "nvidia-ctk"
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesConfig:
+    """`[features]`: all off unless explicitly true."""
+
+    allow_cuda_compat_libs_from_container: bool = False
+    allow_ldconfig_from_container: bool = False
+    disable_cuda_compat_lib_hook: bool = False
+    disable_imex_channel_creation: bool = False
+    ignore_imex_channel_requests: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NvhookConfig:
+    """`[nvhook]`: nvhook's own settings."""
+
+    proc_root: str = "/proc"
+    timing_log: str = ""
+    ldconfig_required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HookConfig:
+    """The whole configuration; `path` is the file it was loaded from (None: built-in defaults)."""
+
+    path: str | None = None
+    disable_require: bool = False
+    swarm_resource: str = ""
+    accept_nvidia_visible_devices_envvar_when_unprivileged: bool = True
+    accept_nvidia_visible_devices_as_volume_mounts: bool = False
+    supported_driver_capabilities: DriverCapability = field(default_factory=DriverCapability.all)
+    cli: CliConfig = field(default_factory=CliConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    runtime_hook: RuntimeHookConfig = field(default_factory=RuntimeHookConfig)
+    ctk: CtkConfig = field(default_factory=CtkConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    nvhook: NvhookConfig = field(default_factory=NvhookConfig)
+
+
+# (TOML key path, group attribute or "" for top level, attribute, expected type)
+_STR, _BOOL, _LIST = "string", "boolean", "array of strings"
+_SCHEMA: tuple[tuple[str, str, str, str], ...] = (
+    ("disable-require", "", "disable_require", _BOOL),
+    ("swarm-resource", "", "swarm_resource", _STR),
+    ("accept-nvidia-visible-devices-envvar-when-unprivileged", "",
+     "accept_nvidia_visible_devices_envvar_when_unprivileged", _BOOL),
+    ("accept-nvidia-visible-devices-as-volume-mounts", "",
+     "accept_nvidia_visible_devices_as_volume_mounts", _BOOL),
+    ("supported-driver-capabilities", "", "supported_driver_capabilities", _STR),
+    ("nvidia-container-cli.root", "cli", "root", _STR),
+    ("nvidia-container-cli.path", "cli", "path", _STR),
+    ("nvidia-container-cli.environment", "cli", "environment", _LIST),
+    ("nvidia-container-cli.debug", "cli", "debug", _STR),
+    ("nvidia-container-cli.ldcache", "cli", "ldcache", _STR),
+    ("nvidia-container-cli.load-kmods", "cli", "load_kmods", _BOOL),
+    ("nvidia-container-cli.no-pivot", "cli", "no_pivot", _BOOL),
+    ("nvidia-container-cli.no-cgroups", "cli", "no_cgroups", _BOOL),
+    ("nvidia-container-cli.user", "cli", "user", _STR),
+    ("nvidia-container-cli.ldconfig", "cli", "ldconfig", _STR),
+    ("nvidia-container-runtime.debug", "runtime", "debug", _STR),
+    ("nvidia-container-runtime.log-level", "runtime", "log_level", _STR),
+    ("nvidia-container-runtime.runtimes", "runtime", "runtimes", _LIST),
+    ("nvidia-container-runtime.mode", "runtime", "mode", _STR),
+    ("nvidia-container-runtime.modes.csv.mount-spec-path", "runtime",
+     "modes_csv_mount_spec_path", _STR),
+    ("nvidia-container-runtime.modes.cdi.default-kind", "runtime", "modes_cdi_default_kind", _STR),
+    ("nvidia-container-runtime.modes.cdi.annotation-prefixes", "runtime",
+     "modes_cdi_annotation_prefixes", _LIST),
+    ("nvidia-container-runtime.modes.cdi.spec-dirs", "runtime", "modes_cdi_spec_dirs", _LIST),
+    ("nvidia-container-runtime.modes.legacy.cuda-compat-mode", "runtime",
+     "modes_legacy_cuda_compat_mode", _STR),
+    ("nvidia-container-runtime-hook.path", "runtime_hook", "path", _STR),
+    ("nvidia-container-runtime-hook.skip-mode-detection", "runtime_hook",
+     "skip_mode_detection", _BOOL),
+    ("nvidia-ctk.path", "ctk", "path", _STR),
+    ("features.allow-cuda-compat-libs-from-container", "features",
+     "allow_cuda_compat_libs_from_container", _BOOL),
+    ("features.allow-ldconfig-from-container", "features", "allow_ldconfig_from_container", _BOOL),
+    ("features.disable-cuda-compat-lib-hook", "features", "disable_cuda_compat_lib_hook", _BOOL),
+    ("features.disable-imex-channel-creation", "features", "disable_imex_channel_creation", _BOOL),
+    ("features.ignore-imex-channel-requests", "features", "ignore_imex_channel_requests", _BOOL),
+    ("nvhook.proc-root", "nvhook", "proc_root", _STR),
+    ("nvhook.timing-log", "nvhook", "timing_log", _STR),
+    ("nvhook.ldconfig-required", "nvhook", "ldconfig_required", _BOOL),
+)  # fmt: skip
+
+_GROUPS: dict[str, type[Any]] = {
+    "cli": CliConfig,
+    "runtime": RuntimeConfig,
+    "runtime_hook": RuntimeHookConfig,
+    "ctk": CtkConfig,
+    "features": FeaturesConfig,
+    "nvhook": NvhookConfig,
+}
+
+
+def find_config(explicit_path: str | None, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """(path to load or None for built-in defaults, what named it: "--config",
+    "NVIDIA_CTK_CONFIG_FILE_PATH", or "" for the default search, whose files are optional)."""
+    if explicit_path:
+        return explicit_path, "--config"
+    if environ.get(CONFIG_PATH_ENV):
+        return environ[CONFIG_PATH_ENV], CONFIG_PATH_ENV
+    xdg = environ.get("XDG_CONFIG_HOME", "")
+    candidates = [os.path.join(xdg, "nvidia-container-runtime", "config.toml")] if xdg else []
+    candidates.append(DEFAULT_CONFIG_PATH)
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return candidate, ""
+    return None, ""
+
+
+def load_config(explicit_path: str | None, environ: Mapping[str, str]) -> HookConfig:
+    """The hook's configuration: from the file `find_config` names, else built-in defaults."""
+    path, origin = find_config(explicit_path, environ)
+    document = _read_toml(path, origin) if path is not None else None
+    if document is None:
+        return config_from_document({}, None)
+    return config_from_document(document, path)
+
+
+def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
+    """The parsed file; None when an optional (default) file vanished after the lookup."""
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(_MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError as err:
+        if not origin:
+            return None
+        raise ConfigError(
+            f"couldn't open required configuration file {path}: file does not exist "
+            f"(named by {origin}; create it or name an existing file)"
+        ) from err
+    except OSError as err:
+        raise ConfigError(f"couldn't open configuration file {path}: {err.strerror}") from err
+    if len(data) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"couldn't load configuration file {path}: larger than 4 MiB")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(
+            f"couldn't parse configuration file {path}: {err} (fix the TOML syntax)"
+        ) from err
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, list):
+        return "array"
+    return "table" if isinstance(value, dict) else type(value).__name__
+
+
+def _lookup(document: dict[str, Any], dotted: str, where: str) -> Any:
+    """The value at a dotted key path, None when absent; a non-table on the way is an error."""
+    node: Any = document
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict):
+            parent = ".".join(parts[:depth])
+            raise ConfigError(
+                f"invalid config {where}: {parent} = {node!r} is a {_type_name(node)}, "
+                "expected a table"
+            )
+        if part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _checked(value: Any, key: str, kind: str, where: str) -> Any:
+    ok = {
+        _STR: isinstance(value, str),
+        _BOOL: isinstance(value, bool),
+        _LIST: isinstance(value, list) and all(isinstance(v, str) for v in value),
+    }[kind]
+    if not ok:
+        raise ConfigError(
+            f"invalid config {where}: {key} = {value!r} is a {_type_name(value)}, "
+            f"expected a {kind}"
+        )
+    return tuple(value) if kind == _LIST else value
+
+
+def config_from_document(document: dict[str, Any], path: str | None) -> HookConfig:
+    """Overlay a parsed TOML document on the defaults, validate and post-process. Pure but for
+    the two host-dependent defaults (`default_ldconfig`, `default_user`) and `normalise_ldconfig`.
+    """
+    where = path or "(built-in defaults)"
+    top: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {name: {} for name in _GROUPS}
+    groups["cli"].update(ldconfig=default_ldconfig(), user=default_user())
+    for key, group, attr, kind in _SCHEMA:
+        value = _lookup(document, key, where)
+        if value is not None:
+            (groups[group] if group else top)[attr] = _checked(value, key, kind, where)
+    _check_choice(groups["runtime"], "mode", "nvidia-container-runtime.mode", MODES, where)
+    _check_choice(
+        groups["runtime"],
+        "modes_legacy_cuda_compat_mode",
+        "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
+        CUDA_COMPAT_MODES,
+        where,
+    )
+    features = FeaturesConfig(**groups["features"])
+    groups["cli"]["ldconfig"] = normalise_ldconfig(
+        groups["cli"]["ldconfig"], features.allow_ldconfig_from_container, checked=path is not None
+    )
+    for attr in ("proc_root", "timing_log"):
+        _check_absolute(groups["nvhook"], attr, f"nvhook.{attr.replace('_', '-')}", where)
+    top["supported_driver_capabilities"] = parse_supported_capabilities(
+        top.get("supported_driver_capabilities", ",".join(KNOWN_CAPABILITIES))
+    )
+    built = {name: cls(**groups[name]) for name, cls in _GROUPS.items() if name != "features"}
+    return HookConfig(path=path, features=features, **top, **built)
+
+
+def _check_choice(
+    group: dict[str, Any], attr: str, key: str, allowed: tuple[str, ...], where: str
+) -> None:
+    if attr in group and group[attr] not in allowed:
+        shown = ", ".join(a if a else repr(a) for a in allowed)
+        raise ConfigError(f"invalid config {where}: {key} = {group[attr]!r} (allowed: {shown})")
+
+
+def _check_absolute(group: dict[str, Any], attr: str, key: str, where: str) -> None:
+    value = group.get(attr)
+    if value and not value.startswith("/"):
+        raise ConfigError(
+            f"invalid config {where}: {key} = {value!r} is not an absolute path"
+        )
+
+
+def parse_supported_capabilities(value: str) -> DriverCapability:
+    """`supported-driver-capabilities` post-processing (hook-spec 1.12)."""
+    if value == "all":
+        return DriverCapability.all()
+    names = [n for n in (go_trim_space(part) for part in value.split(",")) if n]
+    if any(n not in KNOWN_CAPABILITIES for n in names):
+        raise ConfigError(
+            f"Invalid value for config option 'supported-driver-capabilities'; {value} "
+            f"(supported: {','.join(KNOWN_CAPABILITIES)})"
+        )
+    return DriverCapability.from_names(names)
+
+
+def normalise_ldconfig(value: str, allow_from_container: bool, *, checked: bool) -> str:
+    """The '@' rule and normalisation of `nvidia-container-cli.ldconfig` (hook-spec 1.16).
+
+    "@<path>" names a host binary: one trailing ".real" is dropped, then "@<path>.real" is used
+    if that file exists on the host. Other values are container paths, allowed only with
+    `features.allow-ldconfig-from-container` (the check applies to loaded files only).
+    """
+    if value.startswith("@"):
+        host_path = value[1:].removesuffix(".real")
+        return f"@{host_path}.real" if os.path.exists(host_path + ".real") else f"@{host_path}"
+    if checked and not allow_from_container:
+        raise ConfigError(
+            f'nvidia-container-cli.ldconfig value "{value}" is not host-relative (does not '
+            "start with a '@'): invalid config value (use '@/sbin/ldconfig', or set "
+            "features.allow-ldconfig-from-container = true to run the container's own)"
+        )
+    return value
+
+
+def effective_cuda_compat_mode(config: HookConfig) -> str | None:
+    """The `--cuda-compat-mode` nvidia-container-cli would get: ldconfig, mount or disabled;
+    None means no flag (the container's own compat libraries, only with
+    `features.allow-cuda-compat-libs-from-container` and an empty mode)."""
+    mode = config.runtime.modes_legacy_cuda_compat_mode
+    if mode in ("ldconfig", "mount"):
+        return mode
+    if mode in ("disabled", "hook"):
+        return "disabled"
+    return None if config.features.allow_cuda_compat_libs_from_container else "disabled"
+
+
+def default_ldconfig() -> str:
+    return "@/sbin/ldconfig.real" if os.path.exists("/sbin/ldconfig.real") else "@/sbin/ldconfig"
+
+
+def default_user(os_release: str = "/etc/os-release") -> str:
+    """"root:video" on SUSE hosts (ID_LIKE names suse or opensuse), else ""."""
+    try:
+        with open(os_release, encoding="utf-8", errors="replace") as stream:
+            lines = stream.read(65536).splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        if line.startswith("ID_LIKE="):
+            words = line[len("ID_LIKE=") :].strip().strip("\"'").split()
+            if "suse" in words or "opensuse" in words:
+                return "root:video"
+    return ""
+
+
+_GO_SPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def go_trim_space(value: str) -> str:
+    """Go's `strings.TrimSpace` (Unicode White_Space; Python's strip() also removes \\x1c-\\x1f)."""
+    start, end = 0, len(value)
+    while start < end and value[start] in _GO_SPACE:
+        start += 1
+    while end > start and value[end - 1] in _GO_SPACE:
+        end -= 1
+    return value[start:end]

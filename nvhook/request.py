@@ -1,0 +1,411 @@
+"""Stage 2 of the hook: from the spec and the config to a GPU request (hook-spec 1.5-1.14). Pure.
+
+`derive_request` decides exactly as NVIDIA's `nvidia-container-runtime-hook` v1.17.8 does, in the
+same order (so the same error wins), with the deviations listed in `nvhook.deviations`. It
+returns None for a container that does not want GPUs. The only effect is logging: NVIDIA's
+"Ignoring devices ..." line (warning) and the mode line (info).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from nvhook import semver
+from nvhook.config import HookConfig, go_trim_space
+from nvhook.errors import RequestError, SpecError
+from nvhook.oci import Spec, field, go_clean
+from nvmount.capabilities import DriverCapability
+
+log = logging.getLogger(__name__)
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+MIG_CONFIG_DEVICES = "NVIDIA_MIG_CONFIG_DEVICES"
+MIG_MONITOR_DEVICES = "NVIDIA_MIG_MONITOR_DEVICES"
+IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
+DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
+REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
+REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
+CUDA_VERSION = "CUDA_VERSION"
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+DEFAULT_CAPABILITIES = DriverCapability.COMPUTE | DriverCapability.UTILITY
+
+UNPRIVILEGED_LOG = (
+    "Ignoring devices specified in NVIDIA_VISIBLE_DEVICES (privileged=false, "
+    "accept-nvidia-visible-devices-envvar-when-unprivileged=false) "
+)
+MODE_ERROR = (
+    "invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus "
+    "flag) is not supported. Please use the NVIDIA Container Runtime (e.g. specify the "
+    "--runtime=nvidia flag) instead."
+)
+_GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
+_CAP_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """The container the hook was called for: its init pid, bundle and absolute rootfs path."""
+
+    pid: int
+    bundle: str
+    rootfs: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"pid": self.pid, "bundle": self.bundle, "rootfs": self.rootfs}
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """What a GPU container asked for. `devices == ()` means `none`: driver files, no GPUs;
+    `("all",)` means every GPU; otherwise ids, UUIDs, MIG ids or names, verbatim."""
+
+    devices: tuple[str, ...]
+    mig_config_devices: tuple[str, ...]
+    mig_monitor_devices: tuple[str, ...]
+    imex_channels: tuple[str, ...]
+    driver_capabilities: DriverCapability
+    requirements: tuple[str, ...]
+    disable_require: bool
+
+    def to_json(self) -> dict[str, object]:
+        """The `request` object of `nvhook prestart --dry-run`."""
+        return {
+            "devices": list(self.devices),
+            "mig_config_devices": list(self.mig_config_devices),
+            "mig_monitor_devices": list(self.mig_monitor_devices),
+            "imex_channels": list(self.imex_channels),
+            "driver_capabilities": list(self.driver_capabilities.names()),
+            "requirements": list(self.requirements),
+            "disable_require": self.disable_require,
+        }
+
+
+def derive_request(spec: Spec, config: HookConfig) -> ContainerRequest | None:
+    """The container's GPU request, or None when it is not a GPU container."""
+    env = parse_env(spec.env)
+    if config.disable_require:
+        env[DISABLE_REQUIRE] = "true"
+    privileged = is_privileged(spec)
+    legacy = is_legacy(env)
+    mount_entries = device_list_mounts(spec.mounts)
+    devices = select_devices(env, mount_entries, config, privileged, legacy)
+    if devices is None:
+        return None
+    mig_config = _mig_devices(env, MIG_CONFIG_DEVICES, privileged)
+    mig_monitor = _mig_devices(env, MIG_MONITOR_DEVICES, privileged)
+    imex = select_imex_channels(env, mount_entries, config, privileged, legacy)
+    capabilities = driver_capabilities(env, config.supported_driver_capabilities, legacy)
+    disabled = requirements_disabled(env)
+    requirements = () if disabled else collect_requirements(env, legacy)
+    check_mode(env, mount_entries, config, legacy)
+    return ContainerRequest(
+        devices=devices,
+        mig_config_devices=mig_config,
+        mig_monitor_devices=mig_monitor,
+        imex_channels=imex,
+        driver_capabilities=capabilities,
+        requirements=requirements,
+        disable_require=disabled,
+    )
+
+
+def parse_env(entries: Iterable[str]) -> dict[str, str]:
+    """`process.env` as a dict: split at the first "=", the last duplicate wins (1.5)."""
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep:
+            shown = entry if len(entry) <= 200 else entry[:200] + "..."
+            raise RequestError(
+                f"invalid environment variable: {shown} (process.env entries must be NAME=VALUE)"
+            )
+        env[name] = value
+    return env
+
+
+def is_legacy(env: dict[str, str]) -> bool:
+    """A legacy CUDA image: CUDA_VERSION non-empty and NVIDIA_REQUIRE_CUDA empty or unset."""
+    return bool(env.get(CUDA_VERSION)) and not env.get(REQUIRE_CUDA)
+
+
+def _capability_error(spec: Spec, detail: str) -> SpecError:
+    return SpecError(
+        f"could not decode Process.Capabilities in OCI spec: json: {detail} (in {spec.path})"
+    )
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _string_list(spec: Spec, value: object, name: str) -> list[str]:
+    """A JSON array of strings (null elements read as "") or raise Go's decoder error."""
+    where = f"Go struct field LinuxCapabilities.{name}" if name else "Go value"
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _capability_error(
+            spec, f"cannot unmarshal {_json_kind(value)} into {where} of type []string"
+        )
+    for item in value:
+        if item is not None and not isinstance(item, str):
+            raise _capability_error(
+                spec, f"cannot unmarshal {_json_kind(item)} into {where} of type string"
+            )
+    return [item or "" for item in value]
+
+
+def is_privileged(spec: Spec) -> bool:
+    """CAP_SYS_ADMIN in the bounding set (or in the list of the old rc1..rc4 format) (1.6)."""
+    caps = spec.capabilities
+    if caps is None:
+        return False
+    version = "v" + spec.oci_version
+    old_format = (
+        semver.compare(version, "v1.0.0-rc1") >= 0 and semver.compare(version, "v1.0.0-rc5") < 0
+    )
+    if old_format:
+        names = _string_list(spec, caps, "")
+    else:
+        if not isinstance(caps, dict):
+            raise _capability_error(
+                spec,
+                f"cannot unmarshal {_json_kind(caps)} into Go value of type "
+                "specs.LinuxCapabilities",
+            )
+        sets = {name: _string_list(spec, field(caps, name), name) for name in _CAP_SETS}
+        names = sets["bounding"]
+    return "CAP_SYS_ADMIN" in names
+
+
+def device_list_mounts(mounts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """Device-list entries from `/dev/null` mounts under /var/run/nvidia-container-devices (1.8).
+
+    Plain string prefix (as NVIDIA): `.../nvidia-container-devicesX` yields "X". The entries
+    still include `cdi/...` and `imex/...`; callers filter.
+    """
+    seen: set[str] = set()
+    entries: list[str] = []
+    for source, destination in mounts:
+        if go_clean(source) != "/dev/null":
+            continue
+        target = go_clean(destination)
+        if target in seen:
+            continue
+        seen.add(target)
+        if not target.startswith(DEVICE_LIST_ROOT):
+            continue
+        entry = target[len(DEVICE_LIST_ROOT) :].strip("/")
+        if entry:
+            entries.append(entry)
+    return tuple(entries)
+
+
+def _dedupe(items: Iterable[str]) -> tuple[str, ...]:
+    """Unique items in first-seen order (deviation: NVIDIA leaves an empty slot per repeat)."""
+    return tuple(dict.fromkeys(items))
+
+
+def parse_device_list(values: Sequence[str | None], legacy: bool) -> tuple[str, ...] | None:
+    """NVIDIA's `DevicesFromEnvvars` on the raw values of the variables (None = unset).
+
+    None = no devices (unset, empty, `void`); () = `none`; ("all",) = `all`; else the ids.
+    """
+    entries = [
+        entry
+        for value in values
+        if value is not None
+        for entry in (go_trim_space(part) for part in value.split(","))
+        if entry
+    ]
+    if not entries and legacy and all(value is None for value in values):
+        return ("all",)
+    if not entries or "void" in entries:
+        return None
+    for entry in entries:
+        if entry == "all":
+            return ("all",)
+        if entry == "none":
+            return ()
+    return _dedupe(entries)
+
+
+def swarm_variables(config: HookConfig) -> tuple[str, ...]:
+    """The `swarm-resource` variable names: split on ",", trimmed, empties dropped."""
+    names = (go_trim_space(name) for name in config.swarm_resource.split(","))
+    return tuple(name for name in names if name)
+
+
+def select_devices(
+    env: dict[str, str],
+    mount_entries: Sequence[str],
+    config: HookConfig,
+    privileged: bool,
+    legacy: bool,
+) -> tuple[str, ...] | None:
+    """The device list by NVIDIA's precedence: volume mounts, then swarm variables or NVD with
+    the unprivileged policy (1.8). None means "not a GPU container"."""
+    if config.accept_nvidia_visible_devices_as_volume_mounts:
+        listed = [e for e in mount_entries if not e.startswith(("cdi/", "imex/"))]
+        if listed:
+            return _dedupe(listed)
+    swarm = swarm_variables(config)
+    names = swarm if any(name in env for name in swarm) else (VISIBLE_DEVICES,)
+    devices = parse_device_list([env.get(name) for name in names], legacy)
+    if devices is None:
+        return None
+    if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
+        return devices
+    log.warning(UNPRIVILEGED_LOG)
+    return None
+
+
+def _mig_devices(env: dict[str, str], name: str, privileged: bool) -> tuple[str, ...]:
+    """MIG config/monitor devices; a non-empty value needs a privileged container (1.9)."""
+    value = env.get(name, "")
+    if value and not privileged:
+        short = name.removeprefix("NVIDIA_")
+        raise RequestError(
+            f"cannot set {short} in non privileged container (unset {name}, or run the "
+            "container privileged)"
+        )
+    return _dedupe(entry for entry in (go_trim_space(p) for p in value.split(",")) if entry)
+
+
+def select_imex_channels(
+    env: dict[str, str],
+    mount_entries: Sequence[str],
+    config: HookConfig,
+    privileged: bool,
+    legacy: bool,
+) -> tuple[str, ...]:
+    """IMEX channels from `imex/` volume mounts or NVIDIA_IMEX_CHANNELS (1.10); `all` is
+    ignored, as NVIDIA does."""
+    if config.features.ignore_imex_channel_requests:
+        return ()
+    if config.accept_nvidia_visible_devices_as_volume_mounts:
+        channels = [e[len("imex/") :] for e in mount_entries if e.startswith("imex/")]
+        channels = [c for c in channels if c]
+        if channels:
+            return _dedupe(channels)
+    parsed = parse_device_list([env.get(IMEX_CHANNELS)], legacy)
+    if not parsed or parsed == ("all",):
+        return ()
+    if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
+        return parsed
+    return ()
+
+
+def driver_capabilities(
+    env: dict[str, str], supported: DriverCapability, legacy: bool
+) -> DriverCapability:
+    """NVIDIA_DRIVER_CAPABILITIES against `supported-driver-capabilities` (1.12)."""
+    if DRIVER_CAPABILITIES not in env:
+        return supported if legacy else supported & DEFAULT_CAPABILITIES
+    value = env[DRIVER_CAPABILITIES]
+    if not value:
+        return supported & DEFAULT_CAPABILITIES
+    requested = {n for n in (go_trim_space(part) for part in value.split(",")) if n}
+    if "all" in requested:
+        return supported
+    supported_names = supported.names()
+    allowed = sorted(n for n in requested if n in supported_names)
+    if len(allowed) != len(requested):
+        raise RequestError(
+            f"unsupported capabilities found in '{','.join(sorted(requested))}' "
+            f"(allowed '{','.join(allowed)}')"
+        )
+    return DriverCapability.from_names(allowed)
+
+
+def requirements_disabled(env: dict[str, str]) -> bool:
+    """NVIDIA_DISABLE_REQUIRE parsed as a Go bool (1, t, T, TRUE, true, True)."""
+    return env.get(DISABLE_REQUIRE) in _GO_TRUE
+
+
+def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
+    """NVIDIA_REQUIRE_* values (not NVIDIA_REQUIRE_JETPACK*), by variable name, then the legacy
+    `cuda>=MAJOR.MINOR` (1.11). Values are not validated here."""
+    names = sorted(
+        n for n in env if n.startswith(REQUIRE_PREFIX) and not n.startswith(REQUIRE_JETPACK)
+    )
+    requirements = [env[n] for n in names]
+    if legacy:
+        version = env[CUDA_VERSION]
+        try:
+            major_minor = semver.parse_major_minor(version)
+        except ValueError as err:
+            raise RequestError(
+                f"failed to get requirements failed to get version: invalid CUDA version "
+                f"{version}: {err} (fix CUDA_VERSION, or set NVIDIA_DISABLE_REQUIRE=true)"
+            ) from None
+        requirements.append(f"cuda>={major_minor}")
+    return tuple(requirements)
+
+
+def check_mode(
+    env: dict[str, str], mount_entries: Sequence[str], config: HookConfig, legacy: bool
+) -> None:
+    """NVIDIA's mode check (1.14): nvhook is the legacy hook, so any other mode fails.
+
+    `auto` resolves to `cdi` when the request names only fully qualified CDI devices, else to
+    `legacy` (nvhook probes no platform: NVML, WSL and unknown hosts are `legacy` in NVIDIA too,
+    and nvhook has no `csv` mode).
+    """
+    if config.runtime_hook.skip_mode_detection:
+        return
+    mode = config.runtime.mode
+    if mode == "auto":
+        mode = "cdi" if only_cdi_devices(env, mount_entries, legacy) else "legacy"
+        log.info("Auto-detected mode as '%s'", mode)
+    else:
+        log.info("Using requested mode '%s'", mode)
+    if mode != "legacy":
+        raise RequestError(MODE_ERROR)
+
+
+def only_cdi_devices(env: dict[str, str], mount_entries: Sequence[str], legacy: bool) -> bool:
+    """Every NVD entry is a qualified CDI name and every volume-mount entry starts with `cdi/`,
+    with at least one entry."""
+    parsed = parse_device_list([env.get(VISIBLE_DEVICES)], legacy)
+    visible = ("",) if parsed == () else parsed or ()
+    if not all(is_qualified_cdi_name(d) for d in visible):
+        return False
+    if not all(e.startswith("cdi/") for e in mount_entries):
+        return False
+    return bool(visible) or bool(mount_entries)
+
+
+def _is_alnum(c: str) -> bool:
+    return c.isascii() and c.isalnum()
+
+
+def _valid_cdi_part(part: str, first_ok: bool, inner: str) -> bool:
+    if not part or not first_ok:
+        return False
+    return all(_is_alnum(c) or c in inner for c in part[1:-1]) and _is_alnum(part[-1])
+
+
+def is_qualified_cdi_name(device: str) -> bool:
+    """`vendor/class=name` per the CDI parser (container-device-interface pkg/parser)."""
+    if not device or device[0] == "/":
+        return False
+    kind, sep, name = device.partition("=")
+    vendor, slash, cls = kind.partition("/")
+    if not (sep and slash and vendor and cls and name):
+        return False
+    return (
+        _valid_cdi_part(vendor, vendor[0].isascii() and vendor[0].isalpha(), "_-.")
+        and _valid_cdi_part(cls, cls[0].isascii() and cls[0].isalpha(), "_-.")
+        and _valid_cdi_part(name, _is_alnum(name[0]), "_-.:")
+    )
