@@ -1,0 +1,337 @@
+"""nvmount.cgroup_bpf: the assembler (pure, checked with a tiny interpreter) and cgroup v2
+device programs replaced on a real cgroup2 hierarchy mounted in a private mount namespace."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import struct
+import tempfile
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from nvmount import _libc as L
+from nvmount import cgroup_bpf
+from nvmount.cgroup import allow_devices
+from nvmount.cgroup_bpf import (
+    ACC_MKNOD,
+    ACC_READ,
+    ACC_WRITE,
+    BLOCK_LEN,
+    DEV_BLOCK,
+    DEV_CHAR,
+    Insn,
+    allowlist_program,
+    decode,
+    encode,
+    extend_program,
+    prologue,
+    rule_block,
+    unreloadable_reason,
+)
+from nvmount.container_types import CgroupTarget
+from nvmount.errors import CgroupError
+from nvmount.plan_types import DeviceRule
+from tests.fixtures.cgroup import (
+    CgroupProbe,
+    bpftool_progs,
+    cgroup2_mount,
+    in_private_mntns,
+    make_nodes,
+    v2_cgroup,
+)
+
+M32 = 0xFFFFFFFF
+
+
+# -- a tiny interpreter for the instructions we emit ------------------------------------------
+def run(insns: Sequence[Insn], dev_type: int, access: int, major: int, minor: int) -> int:
+    ctx = struct.pack("=III", access << 16 | dev_type, major, minor)
+    regs, pc = [0] * 11, 0
+    for _ in range(10_000):
+        i = insns[pc]
+        pc += 1
+        if i.code == 0x61:  # ldxw dst, [r1+off]
+            assert i.src == 1, "only ctx loads expected"
+            regs[i.dst] = struct.unpack_from("=I", ctx, i.off)[0]
+        elif i.code == 0x54:
+            regs[i.dst] &= i.imm & M32
+        elif i.code == 0x74:
+            regs[i.dst] = (regs[i.dst] & M32) >> i.imm
+        elif i.code == 0xB4:
+            regs[i.dst] = i.imm & M32
+        elif i.code == 0xBC:
+            regs[i.dst] = regs[i.src] & M32
+        elif i.code == 0x56:
+            pc += i.off if (regs[i.dst] & M32) != (i.imm & M32) else 0
+        elif i.code == 0x5E:
+            pc += i.off if (regs[i.dst] & M32) != (regs[i.src] & M32) else 0
+        elif i.code == 0x05:
+            pc += i.off
+        elif i.code == 0x95:
+            return regs[0]
+        else:
+            raise AssertionError(f"unexpected opcode {i.code:#x}")
+    raise AssertionError("no exit")
+
+
+DENY_ALL = (Insn(0xB4, dst=0, imm=0), Insn(0x95))
+RW, R, M = ACC_READ | ACC_WRITE, ACC_READ, ACC_MKNOD
+GPU_RULES = (DeviceRule(195, 0), DeviceRule(195, 255), DeviceRule(10, 200, "rwm"))
+OLD_ALLOWS_NULL = allowlist_program([DeviceRule(1, 3, "rwm")])
+
+EVAL_CASES = [
+    ("rule-rw", (DEV_CHAR, RW, 195, 0), 1),
+    ("rule-read-only-request", (DEV_CHAR, R, 195, 0), 1),
+    ("rule-write-only-request", (DEV_CHAR, ACC_WRITE, 195, 255), 1),
+    ("mknod-not-granted", (DEV_CHAR, M, 195, 0), 0),
+    ("rw-plus-mknod-not-granted", (DEV_CHAR, RW | M, 195, 0), 0),
+    ("rwm-rule", (DEV_CHAR, RW | M, 10, 200), 1),
+    ("other-minor", (DEV_CHAR, RW, 195, 1), 0),
+    ("other-major", (DEV_CHAR, RW, 196, 0), 0),
+    ("block-device", (DEV_BLOCK, RW, 195, 0), 0),
+    ("old-program-still-allows", (DEV_CHAR, RW, 1, 3), 1),
+    ("old-program-still-denies", (DEV_CHAR, RW, 1, 5), 0),
+]
+
+
+@pytest.mark.parametrize(("ctx", "want"), [c[1:] for c in EVAL_CASES],
+                         ids=[c[0] for c in EVAL_CASES])
+def test_extended_program_semantics(ctx: tuple[int, int, int, int], want: int) -> None:
+    assert run(extend_program(GPU_RULES, OLD_ALLOWS_NULL), *ctx) == want
+
+
+def test_block_jumps_land_after_the_block() -> None:
+    block = rule_block(DeviceRule(195, 7))
+    assert len(block) == BLOCK_LEN
+    for n, insn in enumerate(block):
+        if insn.code in (0x56, 0x5E):
+            assert n + 1 + insn.off == BLOCK_LEN
+    assert all(i.dst != 1 for i in (*prologue(), *block)), "r1 (ctx) must stay untouched"
+
+
+def test_extend_keeps_old_instructions_verbatim() -> None:
+    old = decode(encode(OLD_ALLOWS_NULL))
+    new = extend_program(GPU_RULES, old)
+    assert new[-len(old):] == old
+    assert len(new) == len(prologue()) + BLOCK_LEN * len(GPU_RULES) + len(old)
+
+
+@pytest.mark.parametrize(("insn", "little", "big"), [
+    (Insn(0xB4, dst=0, imm=1), "b400000001000000", "b400000000000001"),
+    (Insn(0x61, dst=2, src=1, off=4), "6112040000000000", "6121000400000000"),
+    (Insn(0x56, dst=4, off=-3, imm=195), "5604fdffc3000000", "5640fffd000000c3"),
+], ids=["mov32", "ldxw-regs", "jne32-negative-off"])
+def test_encode_known_bytes(insn: Insn, little: str, big: str) -> None:
+    assert encode([insn], "little").hex() == little
+    assert encode([insn], "big").hex() == big
+    assert decode(bytes.fromhex(little), "little") == (insn,)
+    assert decode(bytes.fromhex(big), "big") == (insn,)
+
+
+def test_decode_rejects_partial_instruction() -> None:
+    with pytest.raises(ValueError, match="whole number"):
+        decode(b"\x95" * 9)
+
+
+@pytest.mark.parametrize(("insns", "reason"), [
+    ((), "no instructions"),
+    ((Insn(0x85, imm=5), *DENY_ALL), "calls a function"),
+    ((Insn(0x18, dst=1, src=1, imm=7), Insn(0), *DENY_ALL), "map"),
+    ((Insn(0x30, imm=0), *DENY_ALL), "legacy packet load"),
+    ((Insn(0xC2), *DENY_ALL), "kernel-internal store"),
+    ((Insn(0x18, dst=1, imm=7), Insn(0), *DENY_ALL), None),
+    (OLD_ALLOWS_NULL, None),
+], ids=["empty", "helper-call", "map-load", "ld-abs", "nospec", "plain-imm64", "plain"])
+def test_unreloadable_reason(insns: tuple[Insn, ...], reason: str | None) -> None:
+    got = unreloadable_reason(insns)
+    assert (got is None) if reason is None else (reason in (got or ""))
+
+
+def test_load_error_carries_verifier_log() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    with pytest.raises(L.BpfLoadError) as info:
+        L.bpf_prog_load(L.Libc(), L.BPF_PROG_TYPE_CGROUP_DEVICE, encode([Insn(0x95)]),
+                        "Apache-2.0", "nvhook_test")
+    assert "R0 !read_ok" in info.value.log
+
+
+# -- real cgroup2 (private mount namespace) ---------------------------------------------------
+NODES = {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidiactl": (195, 255), "null": (1, 3)}
+RUNC_LIKE = (DeviceRule(1, 3, "rwm"), DeviceRule(1, 5, "rwm"), DeviceRule(5, 0, "rwm"))
+
+
+def attach(libc: L.Libc, cg: str, insns: Sequence[Insn], flags: int = L.BPF_F_ALLOW_MULTI
+           ) -> tuple[int, int]:
+    """(fd, id) of a program loaded from `insns` and attached to `cg` with `flags`."""
+    fd = L.bpf_prog_load(libc, L.BPF_PROG_TYPE_CGROUP_DEVICE, encode(insns), "GPL", "test_runc")
+    cg_fd = os.open(cg, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        L.bpf_prog_attach(libc, cg_fd, fd, L.BPF_CGROUP_DEVICE, flags)
+    finally:
+        os.close(cg_fd)
+    return fd, L.bpf_prog_info(libc, fd).prog_id
+
+
+def scenario(body: Callable[[L.Libc, str, dict[str, str]], None]) -> None:
+    """body(libc, cgroup dir, nodes) on a fresh cgroup of a private cgroup2 mount."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+
+    def child() -> None:
+        libc = L.Libc()
+        with tempfile.TemporaryDirectory() as tmp, cgroup2_mount(libc) as root, \
+                v2_cgroup(root) as cg:
+            body(libc, cg, make_nodes(tmp, NODES))
+
+    in_private_mntns(child)
+
+
+def _extend_single_runc_like(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    _, old_id = attach(libc, cg, allowlist_program(RUNC_LIKE))
+    with CgroupProbe(f"{cg}/cgroup.procs") as probe:
+        assert probe.open_errno(nodes["nvidia0"]) == errno.EPERM
+        assert probe.open_errno(nodes["null"]) == 0
+        change = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0), DeviceRule(195, 255)],
+                               libc)
+        assert probe.open_errno(nodes["nvidia0"]) == errno.ENXIO
+        assert probe.open_errno(nodes["nvidiactl"]) == errno.ENXIO
+        assert probe.open_errno(nodes["nvidia1"]) == errno.EPERM
+        assert probe.open_errno(nodes["null"]) == 0
+        progs = bpftool_progs(cg)
+        assert len(progs) == 1 and progs[0][0] != old_id, progs
+        assert progs[0][1].startswith("nvhook_dev"), progs
+        change.undo()
+        assert bpftool_progs(cg) == [(old_id, "test_runc")]
+        assert probe.open_errno(nodes["nvidia0"]) == errno.EPERM
+        assert probe.open_errno(nodes["null"]) == 0
+
+
+@pytest.mark.root
+def test_v2_extend_runc_like_program_and_undo() -> None:
+    scenario(_extend_single_runc_like)
+
+
+def _two_programs(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    ids = [attach(libc, cg, allowlist_program(RUNC_LIKE))[1],
+           attach(libc, cg, allowlist_program((DeviceRule(1, 3, "rw"),)))[1]]
+    with CgroupProbe(f"{cg}/cgroup.procs") as probe:
+        change = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 1)], libc)
+        assert probe.open_errno(nodes["nvidia1"]) == errno.ENXIO  # every program allows it
+        assert probe.open_errno(nodes["nvidia0"]) == errno.EPERM
+        now = [i for i, _ in bpftool_progs(cg)]
+        assert len(now) == 2 and not set(now) & set(ids), (now, ids)
+        change.close()  # success path: the extended programs stay
+        assert probe.open_errno(nodes["nvidia1"]) == errno.ENXIO
+
+
+@pytest.mark.root
+def test_v2_extends_every_attached_program() -> None:
+    scenario(_two_programs)
+
+
+def _single_mode(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    _, old_id = attach(libc, cg, allowlist_program(RUNC_LIKE), flags=0)
+    with CgroupProbe(f"{cg}/cgroup.procs") as probe:
+        change = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc)
+        assert probe.open_errno(nodes["nvidia0"]) == errno.ENXIO
+        assert len(bpftool_progs(cg)) == 1
+        change.undo()
+        assert [i for i, _ in bpftool_progs(cg)] == [old_id]
+        assert probe.open_errno(nodes["nvidia0"]) == errno.EPERM
+
+
+@pytest.mark.root
+def test_v2_single_program_mode_is_replaced_too() -> None:
+    scenario(_single_mode)
+
+
+def _no_program(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    change = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc)
+    assert "unchanged" in change.describe()
+    assert bpftool_progs(cg) == []
+
+
+@pytest.mark.root
+def test_v2_no_program_means_nothing_to_do() -> None:
+    scenario(_no_program)
+
+
+def _rollback(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    ids = [attach(libc, cg, allowlist_program(RUNC_LIKE))[1] for _ in range(2)]
+    real, calls = cgroup_bpf._replace, []
+
+    def failing_second(*args: int) -> None:
+        calls.append(args)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "injected")
+        real(*args)  # type: ignore[arg-type]
+
+    cgroup_bpf._replace = failing_second  # type: ignore[assignment]
+    try:
+        with CgroupProbe(f"{cg}/cgroup.procs") as probe:
+            with pytest.raises(CgroupError, match=r"replace device program \d+ in cgroup"):
+                allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc)
+            assert [i for i, _ in bpftool_progs(cg)] == ids  # the first swap was undone
+            assert probe.open_errno(nodes["nvidia0"]) == errno.EPERM
+            assert len(calls) == 3  # swap 1, failing swap 2, swap 1 back
+    finally:
+        cgroup_bpf._replace = real
+
+
+@pytest.mark.root
+def test_v2_failure_swaps_back_what_was_replaced() -> None:
+    scenario(_rollback)
+
+
+def _helper_program(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    save, restore = Insn(0xBF, dst=6, src=1), Insn(0xBF, dst=1, src=6)  # mov r6,r1; mov r1,r6
+    prog = (save, Insn(0x85, imm=5), restore, *allowlist_program(RUNC_LIKE))  # ktime_get_ns
+    _, old_id = attach(libc, cg, prog)
+    with pytest.raises(CgroupError, match=r"extend device program \d+ .*calls a function"):
+        allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc)
+    assert [i for i, _ in bpftool_progs(cg)] == [old_id]
+
+
+@pytest.mark.root
+def test_v2_refuses_program_it_cannot_reload() -> None:
+    scenario(_helper_program)
+
+
+def _zero_memlock(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    attach(libc, cg, allowlist_program(RUNC_LIKE))
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))  # lowering needs no capability
+    change = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc)
+    assert "extended with c 195:0 rw" in change.describe()
+    change.undo()
+
+
+@pytest.mark.root
+def test_v2_needs_no_memlock_rlimit() -> None:
+    """Kernel >= 5.11 charges bpf memory to the memory cgroup: RLIMIT_MEMLOCK = 0 is fine,
+    so the missing CAP_SYS_RESOURCE (clients.md §9) does not matter."""
+    scenario(_zero_memlock)
+
+
+def _extend_twice(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    attach(libc, cg, allowlist_program(RUNC_LIKE))
+    with CgroupProbe(f"{cg}/cgroup.procs") as probe:
+        first = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc)
+        first.close()
+        (after_first,) = bpftool_progs(cg)
+        second = allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 1)], libc)
+        assert probe.open_errno(nodes["nvidia0"]) == errno.ENXIO
+        assert probe.open_errno(nodes["nvidia1"]) == errno.ENXIO
+        second.undo()
+        assert bpftool_progs(cg) == [after_first]
+        assert probe.open_errno(nodes["nvidia0"]) == errno.ENXIO
+        assert probe.open_errno(nodes["nvidia1"]) == errno.EPERM
+
+
+@pytest.mark.root
+def test_v2_extended_program_can_be_extended_again() -> None:
+    """The kernel's xlated form of our own output reloads (a second hook run, or a restart)."""
+    scenario(_extend_twice)
