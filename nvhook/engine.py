@@ -1,16 +1,49 @@
 """Bridge from the hook's decision to the mount engine (owned by the engine integrator).
 
-`run_engine` is called by `nvhook.prestart` for GPU containers. In dry-run it returns the plan
-as a JSON-ready dict (or None when no driver is found) and changes nothing.
+`run_engine` is called by `nvhook.prestart` for GPU containers. It maps `HookConfig` to
+`nvmount.engine.EngineOptions` and `ContainerRequest` to `EngineRequest` (what NVIDIA's hook
+turns into `nvidia-container-cli configure` flags, hook-spec §1.16), then:
+
+- real run: `configure_container` for the container's pid and rootfs; returns None. Errors
+  are `NvmountError`s (the CLI prints them as one line); everything is rolled back first.
+- dry run (`dry_run=True`): changes nothing, needs no privileges; returns the plan as a
+  JSON-ready dict, or None when no driver is found:
+
+      {"driver": {"version": "550.54.15", "cuda_version": "12.4", "root": "/"},
+       "devices": ["GPU-...", "MIG-..."],
+       "entries": [{"op": "tmpfs", "target": "/proc/driver/nvidia", "flags": "ro,...",
+                    "what": "procfs view", "mode": "0555"},
+                   {"op": "file", "target": "/proc/driver/nvidia/params", "flags": "",
+                    "what": "procfs file", "mode": "0444", "size": 1024},
+                   {"op": "bind", "source": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+                    "target": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+                    "flags": "ro,nosuid,nodev", "what": "library"},
+                   {"op": "symlink", "target": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                    "link": "libcuda.so.550.54.15", "flags": "", "what": "soname link"}, ...],
+       "device_rules": ["c 195:255 rw", "c 195:0 rw", ...],
+       "ldconfig_dirs": ["/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"],
+       "files_by_capability": {"utility": ["<host path>", ...], "compute": [...],
+                               "always": ["<firmware, nvidiactl>", ...]},
+       "warnings": ["..."]}
+
+Options: `timer` (a `nvmount.timing.PhaseTimer` the hook started first thing, with its
+`config` and `spec` phases) makes the timing record cover the whole hook; `environ` is where
+the fault-injection variables are read (default `os.environ`; see `nvmount.faults`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nvhook.config import HookConfig
     from nvhook.request import ContainerRef, ContainerRequest
+    from nvmount.engine import EngineOptions, EngineRequest
+    from nvmount.plan_types import MountPlan
+    from nvmount.timing import PhaseTimer
+
+MAX_IMEX_CHANNEL = 1 << 20
 
 
 def run_engine(
@@ -20,10 +53,142 @@ def run_engine(
     *,
     dry_run: bool,
     debug: bool,
+    timer: PhaseTimer | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, object] | None:
     """Configure the container for `request`; in dry-run, return the plan instead."""
-    if dry_run:
-        return None
-    from nvhook.errors import NvhookError
+    import os
 
-    raise NvhookError("the mount engine is not available yet")
+    from nvmount import engine
+    from nvmount._libc import Libc
+    from nvmount.faults import Faults
+    from nvmount.timing import PhaseTimer
+
+    timer = timer or PhaseTimer()
+    options = engine_options(config, container, limit_privileges=not dry_run)
+    ereq = engine_request(request)
+    libc = Libc()
+    if dry_run:
+        plan = engine.plan_only(ereq, container.rootfs, options, libc, timer=timer)
+        engine.write_timing(options, timer, container.pid, None, dry_run=True)
+        return None if plan is None else plan_to_json(plan)
+    faults = Faults.from_env(os.environ if environ is None else environ, debug=debug)
+    engine.configure_container(ereq, container.pid, container.rootfs, options, libc,
+                               faults=faults, timer=timer)
+    return None
+
+
+def engine_request(request: ContainerRequest) -> EngineRequest:
+    """ContainerRequest -> EngineRequest (devices joined as `--device` would be)."""
+    from nvmount.engine import EngineRequest
+
+    return EngineRequest(
+        devices=",".join(request.devices),
+        capabilities=request.driver_capabilities,
+        requirements=() if request.disable_require else tuple(request.requirements),
+        mig_config=",".join(request.mig_config_devices) or None,
+        mig_monitor=",".join(request.mig_monitor_devices) or None,
+        imex_channels=tuple(imex_channel(v) for v in request.imex_channels),
+    )
+
+
+def imex_channel(value: str) -> int:
+    """A channel number as libnvc accepts it: decimal and below 2^20."""
+    from nvmount.errors import SelectionError
+
+    if not value.isdigit() or not value.isascii() or int(value) >= MAX_IMEX_CHANNEL:
+        raise SelectionError(f"unsupported IMEX channel value: {value} (use a decimal "
+                             f"channel number below {MAX_IMEX_CHANNEL})")
+    return int(value)
+
+
+def compat_mode(config: HookConfig) -> str:
+    """`modes.legacy.cuda-compat-mode` as the hook maps it (hook-spec §1.16)."""
+    value = config.runtime.modes_legacy_cuda_compat_mode
+    if value in ("ldconfig", "mount"):
+        return value
+    if value in ("disabled", "hook"):
+        return "disabled"
+    # other values: NVIDIA passes no flag with the opt-in (libnvc default: mount), else disabled
+    return "mount" if config.features.allow_cuda_compat_libs_from_container else "disabled"
+
+
+def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
+                   limit_privileges: bool = False) -> EngineOptions:
+    """HookConfig -> EngineOptions."""
+    import os
+
+    from nvmount.engine import EngineOptions
+    from nvmount.plan_types import CompatMode
+
+    cli = config.cli
+    return EngineOptions(
+        root=cli.root or "/",
+        ldcache=cli.ldcache or "/etc/ld.so.cache",
+        proc_root=config.nvhook.proc_root or "/proc",
+        ldconfig=cli.ldconfig or "@/sbin/ldconfig",
+        ldconfig_required=config.nvhook.ldconfig_required,
+        no_cgroups=cli.no_cgroups,
+        compat_mode=CompatMode(compat_mode(config)),
+        nvml_user=parse_user(cli.user) if cli.user else None,
+        timing_log=config.nvhook.timing_log,
+        container_id=os.path.basename(container.bundle.rstrip("/")) if container else "",
+        limit_privileges=limit_privileges,
+    )
+
+
+def parse_user(value: str) -> tuple[int, int]:
+    """`--user` (`uid[:gid]`, names allowed; a missing gid is the user's passwd gid)."""
+    import grp
+    import pwd
+
+    from nvhook.errors import ConfigError
+
+    user, _, group = value.partition(":")
+    try:
+        uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+        if not group:
+            gid = pwd.getpwuid(uid).pw_gid
+        else:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError as err:
+        raise ConfigError(f"nvidia-container-cli.user = {value!r}: unknown user or group "
+                          "(use uid:gid numbers or names known to this host)") from err
+    return uid, gid
+
+
+def plan_to_json(plan: MountPlan) -> dict[str, object]:
+    """The dry-run document (shape in the module docstring and the README)."""
+    from nvmount.plan_types import Bind, Symlink, Tmpfs
+
+    entries: list[dict[str, object]] = []
+    by_cap: dict[str, list[str]] = {}
+    for e in plan.entries:
+        if isinstance(e, Bind):
+            entries.append({"op": "bind", "source": e.source, "target": e.target,
+                            "flags": e.flags.names(), "what": e.what})
+            if e.what in _DRIVER_FILES:
+                for name in e.gate.names() or ("always",):
+                    by_cap.setdefault(name, []).append(e.source)
+        elif isinstance(e, Tmpfs):
+            entries.append({"op": "tmpfs", "target": e.target, "flags": e.flags.names(),
+                            "what": e.what, "mode": f"{e.mode:04o}"})
+        elif isinstance(e, Symlink):
+            entries.append({"op": "symlink", "target": e.target, "link": e.link, "flags": "",
+                            "what": e.what})
+        else:
+            entries.append({"op": "file", "target": e.target, "flags": "", "what": e.what,
+                            "mode": f"{e.mode:04o}", "size": len(e.data)})
+    return {
+        "driver": {"version": plan.driver_version, "cuda_version": plan.cuda_version,
+                   "root": plan.driver_root},
+        "devices": [*plan.gpus, *plan.mig_devices],
+        "entries": entries,
+        "device_rules": [f"c {r.major}:{r.minor} {r.access}" for r in plan.device_rules],
+        "ldconfig_dirs": list(plan.ldconfig_dirs),
+        "files_by_capability": by_cap,
+        "warnings": list(plan.warnings),
+    }
+
+
+_DRIVER_FILES = frozenset({"library", "library32", "binary", "firmware", "ipc", "device"})

@@ -92,6 +92,9 @@ def plan_mounts(
         gpus=tuple(g.uuid for g in gpus),
         mig_devices=tuple(m.uuid for m in selection.mig_devices),
         warnings=(*inventory.warnings, *warnings),
+        driver_version=inventory.driver_version,
+        cuda_version=inventory.cuda_version,
+        driver_root=inventory.root,
     )
 
 

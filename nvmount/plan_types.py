@@ -111,6 +111,9 @@ class MountPlan:
     gpus: tuple[str, ...]  # uuids of the selected GPUs
     mig_devices: tuple[str, ...]  # uuids of the selected MIG devices
     warnings: tuple[str, ...] = ()  # things skipped on purpose (logged by the engine)
+    driver_version: str = ""  # of the inventory the plan was made from
+    cuda_version: str = ""
+    driver_root: str = ""
 
     def count(self, kind: type[PlanEntry]) -> int:
         """How many entries of one kind (Bind, Tmpfs, WriteFile, Symlink) the plan holds."""

@@ -1,0 +1,402 @@
+"""Configure one container: the whole engine pipeline, rolled back on any failure.
+
+Stage: orchestration. `configure_container` runs, in this order:
+
+    inventory (NVML, driver root)  -> selection -> requirements   (nothing changed yet)
+    -> open container (pidfd, ns/mnt, owner, cgroup, layout) -> plan (pure)
+    -> clone sources (host side) -> enter the mount ns -> apply -> leave
+    -> device cgroup -> ldconfig
+
+Every effect is journaled: on a failure anywhere, the cgroup change is undone and the mount
+namespace is re-entered to detach our mounts and remove what we created; the error names
+the step. The device cgroup goes before ldconfig (as in libnvidia-container, where the rules
+are added with each mount) so that the one effect that cannot be undone - ldconfig rewriting
+the image's ld.so.cache - is the last: when ldconfig fails and `ldconfig_required` is set,
+everything else is still undone; otherwise an ldconfig failure is a warning.
+
+`plan_only` is the dry run: inventory, selection, requirements and the plan, reading the
+rootfs through an O_PATH fd on its host path; it needs no pid and no privileges and returns
+None when no driver is found.
+
+Capabilities: each phase runs with its stage's capabilities effective (`privileges.stage`);
+`EngineOptions.limit_privileges` also cuts the permitted set first (the hook sets it). No
+threads are started. Timings per phase go to a `PhaseTimer` and, with `timing_log`, to a
+JSON line per container (see `nvmount.timing`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nvmount.capabilities import DriverCapability
+from nvmount.errors import DriverError, LdcacheError, NvmountError
+from nvmount.faults import Faults
+from nvmount.plan_types import UNGATED, CompatMode, MountPlan, PlanOptions, ProcFile
+from nvmount.timing import PhaseTimer
+
+if TYPE_CHECKING:
+    from nvmount._libc import Libc
+    from nvmount.apply import ApplyResult
+    from nvmount.cgroup import CgroupChange
+    from nvmount.container import ContainerHandle
+    from nvmount.inventory import DriverInventory
+    from nvmount.ldconfig import LdconfigResult
+    from nvmount.procfs import ProcFs
+    from nvmount.rootfs import Root
+    from nvmount.selection import Selection
+
+log = logging.getLogger(__name__)
+
+PROC_FILE_LIMIT = 1 << 20  # bytes read of one /proc/driver/nvidia file
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """What the container asks for (the hook's `ContainerRequest`, in engine terms)."""
+
+    devices: str = ""  # device ids, comma-separated ("" = no GPU; driver files still exposed)
+    capabilities: DriverCapability = UNGATED  # the requested capabilities (none by default)
+    requirements: tuple[str, ...] = ()
+    mig_config: str | None = None  # "all" or None
+    mig_monitor: str | None = None
+    imex_channels: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """Host-side settings (from config.toml, see `nvhook.engine.engine_options`)."""
+
+    root: str = "/"  # driver root
+    ldcache: str = "/etc/ld.so.cache"  # inside the driver root
+    proc_root: str = "/proc"  # driver facts: /proc/devices, nvidia-caps (simulation: <sim>/proc)
+    host_proc: str = "/proc"  # the real procfs: the container's /proc/<pid>
+    ldconfig: str = "@/sbin/ldconfig"
+    ldconfig_required: bool = False
+    ldconfig_timeout: float = 10.0
+    no_cgroups: bool = False
+    compat_mode: CompatMode = CompatMode.LDCONFIG
+    no_persistenced: bool = False
+    no_fabricmanager: bool = False
+    no_gsp_firmware: bool = False
+    nvml_user: tuple[int, int] | None = None  # uid:gid NVML runs as (None: driver default)
+    timing_log: str = ""
+    container_id: str = ""  # for the timing record
+    limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    plan: MountPlan
+    inventory: DriverInventory
+    applied: ApplyResult
+    cgroup: str  # what was done to the device cgroup, for the log
+    ldconfig: LdconfigResult | None
+    warnings: tuple[str, ...] = ()
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+# -- the phases that change nothing ----------------------------------------------------------
+def discover(options: EngineOptions, faults: Faults) -> DriverInventory:
+    """The host driver's inventory (NVML runs here; `nvml init` is a fault point)."""
+    from nvmount.driver import discover_driver
+
+    faults("nvml init")
+    return discover_driver(
+        options.root, options.ldcache, options.proc_root,
+        no_persistenced=options.no_persistenced, no_fabricmanager=options.no_fabricmanager,
+        no_gsp_firmware=options.no_gsp_firmware, nvml_user=options.nvml_user,
+    )
+
+
+def select_and_check(inventory: DriverInventory, request: EngineRequest) -> Selection:
+    """Device selection and NVIDIA_REQUIRE_* checks; raises before anything is changed."""
+    from nvmount.requirements import Facts, check_requirements
+    from nvmount.selection import select_devices
+
+    selection = select_devices(inventory.gpus, request.devices, mig_config=request.mig_config,
+                               mig_monitor=request.mig_monitor)
+    if request.requirements:
+        base = {"cuda": inventory.cuda_version, "driver": inventory.driver_version}
+        facts = [Facts(**base, arch=g.architecture, brand=g.brand,
+                       device=f"GPU {g.index} ({g.uuid})") for g in selection.gpus]
+        for mig in selection.mig_devices:
+            gpu = selection.parent_of(mig)
+            facts.append(Facts(**base, arch=gpu.architecture, brand=gpu.brand,
+                               device=f"MIG device {mig.uuid}"))
+        check_requirements(request.requirements, facts or [Facts(**base)])
+    return selection
+
+
+def read_proc_files(proc_driver_dir: str) -> tuple[ProcFile, ...]:
+    """The host's params, version and registry (a missing one is skipped, as NVIDIA does)."""
+    import stat
+
+    files: list[ProcFile] = []
+    for name in ("params", "version", "registry"):
+        path = f"{proc_driver_dir}/{name}"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            log.warning("%s not found; skipping", path)
+            continue
+        except OSError as err:
+            raise DriverError(f"read {path}: {os.strerror(err.errno or 0).lower()} "
+                              "(check the driver root)") from err
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise DriverError(f"read {path}: not a regular file (check the driver root)")
+            data = os.read(fd, PROC_FILE_LIMIT)
+        finally:
+            os.close(fd)
+        files.append(ProcFile(name, data, stat.S_IMODE(st.st_mode)))
+    return tuple(files)
+
+
+def make_plan(inventory: DriverInventory, selection: Selection, request: EngineRequest,
+              layout_source: ContainerHandle | Root, options: EngineOptions) -> MountPlan:
+    from nvmount.plan import plan_mounts
+
+    layout = getattr(layout_source, "layout", None)
+    if layout is None:
+        from nvmount.container import detect_layout
+        from nvmount.rootfs import Root
+
+        assert isinstance(layout_source, Root)
+        layout = detect_layout(layout_source)
+    plan_options = PlanOptions(
+        compat_mode=options.compat_mode, imex_channels=request.imex_channels,
+        no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
+    plan = plan_mounts(inventory, selection, request.capabilities, layout, plan_options)
+    for warning in plan.warnings:
+        log.warning("%s", warning)
+    return plan
+
+
+def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc: Libc,
+              *, timer: PhaseTimer | None = None) -> MountPlan | None:
+    """The dry run: the plan for `rootfs` (a host path), or None when no driver is found."""
+    timer = timer or PhaseTimer()
+    with timer.phase("inventory"):
+        try:
+            inventory = discover(options, Faults())
+        except DriverError as err:
+            if not is_no_driver(err):
+                raise
+            log.warning("no NVIDIA driver found: %s", err)
+            return None
+        selection = select_and_check(inventory, request)
+    with timer.phase("plan"), _readonly_root(rootfs, libc) as root:
+        return make_plan(inventory, selection, request, root, options)
+
+
+def is_no_driver(err: DriverError) -> bool:
+    """Whether discovery failed because there is no driver at all (not a broken one)."""
+    return bool(getattr(err, "no_driver", False))
+
+
+@contextmanager
+def _readonly_root(rootfs: str, libc: Libc) -> Iterator[Root]:
+    """The rootfs opened O_PATH on its host path, verified with a plain procfs fd (the
+    private procfs clone needs privileges a dry run does not have)."""
+    from nvmount import _libc
+    from nvmount.procfs import ProcFs
+    from nvmount.rootfs import Root
+
+    fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    with ProcFs(fd) as procfs:
+        if libc.fstatfs_type(procfs.fd) != _libc.PROC_SUPER_MAGIC:
+            from nvmount.errors import ContainerError
+
+            raise ContainerError("open /proc: not a procfs (mount proc there)")
+        with Root.open(rootfs, libc, procfs=procfs) as root:
+            yield root
+
+
+# -- configure -------------------------------------------------------------------------------
+def configure_container(
+    request: EngineRequest,
+    pid: int,
+    rootfs: str,
+    options: EngineOptions,
+    libc: Libc,
+    *,
+    faults: Faults | None = None,
+    timer: PhaseTimer | None = None,
+) -> EngineResult:
+    """Configure the container whose init is `pid` (rootfs `rootfs`, as in the OCI spec)."""
+    from nvmount import privileges as P
+
+    faults = faults or Faults()
+    timer = timer or PhaseTimer()
+    if options.limit_privileges:
+        P.limit_permitted()
+    with timer.phase("inventory"), P.stage(P.Stage.INIT):
+        inventory = discover(options, faults)
+        selection = select_and_check(inventory, request)
+    with ExitStack() as stack:
+        with timer.phase("container"), P.stage(P.Stage.CONTAINER):
+            handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
+        with timer.phase("plan"):
+            plan = make_plan(inventory, selection, request, handle, options)
+        effects = _Run(handle, plan, options, libc, faults, timer, stack).execute()
+    result = EngineResult(plan, inventory, effects.applied, effects.cgroup, effects.ldconfig,
+                          (*plan.warnings, *effects.warnings), dict(timer.phases_ms))
+    write_timing(options, timer, pid, result)
+    return result
+
+
+def _open_container(pid: int, rootfs: str, options: EngineOptions,
+                    libc: Libc) -> ContainerHandle:
+    from nvmount.container import open_container
+
+    return open_container(pid, rootfs, proc_root=options.host_proc,
+                          no_cgroups=options.no_cgroups, libc=libc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Effects:
+    applied: ApplyResult
+    cgroup: str
+    ldconfig: LdconfigResult | None
+    warnings: tuple[str, ...]
+
+
+class _Run:
+    """The effectful part of one `configure_container`, with its two journals."""
+
+    def __init__(self, handle: ContainerHandle, plan: MountPlan, options: EngineOptions,
+                 libc: Libc, faults: Faults, timer: PhaseTimer, stack: ExitStack) -> None:
+        from nvmount.journal import Journal
+
+
+        self.handle, self.plan, self.options = handle, plan, options
+        self.libc, self.faults, self.timer, self.stack = libc, faults, timer, stack
+        self.mounts = Journal("container mounts")
+        self.cgroup_change: CgroupChange | None = None
+        self.warnings: list[str] = []
+
+    def execute(self) -> _Effects:
+        from nvmount import privileges as P
+        from nvmount.procfs import ProcFs
+
+        try:
+            with P.stage(P.Stage.MOUNT):
+                procfs = self.stack.enter_context(ProcFs.open(self.libc))
+            with self.timer.phase("mounts"), P.stage(P.Stage.MOUNT):
+                applied = self._mount(procfs)
+            with self.timer.phase("cgroup"), P.stage(P.Stage.CGROUP):
+                cgroup = self._cgroup()
+            with self.timer.phase("ldcache"), P.stage(P.Stage.LDCACHE):
+                ldconfig = self._ldconfig()
+        except BaseException as err:
+            self._rollback(err)
+            raise
+        self.mounts.commit()
+        if self.cgroup_change is not None:
+            self.cgroup_change.close()
+        return _Effects(applied, cgroup, ldconfig, tuple(self.warnings))
+
+    def _mount(self, procfs: ProcFs) -> ApplyResult:
+        from nvmount.apply import apply_plan, clone_sources, close_sources
+        from nvmount.namespace import entered
+        from nvmount.rootfs import Root
+
+        sources = clone_sources(self.plan, self.libc, self.faults)
+        try:
+            with entered(self.handle.mntns_fd, self.libc):
+                root = Root.open(self.handle.rootfs, self.libc, procfs=procfs,
+                                 require_proc_dir=True)
+                self.stack.callback(root.close)
+                applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
+                                     procfs=procfs, owner=(self.handle.uid, self.handle.gid),
+                                     faults=self.faults)
+        finally:
+            if not len(self.mounts):
+                close_sources(sources)
+        return applied
+
+    def _cgroup(self) -> str:
+        from nvmount.cgroup import allow_devices, format_rule, should_skip_cgroups
+
+        skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
+        if skip is not None or self.handle.cgroup is None or not self.plan.device_rules:
+            why = skip or ("no device cgroup" if self.handle.cgroup is None else "no rules")
+            log.info("device cgroup left alone: %s", why)
+            return f"unchanged: {why}"
+        rules = ", ".join(format_rule(r) for r in self.plan.device_rules)
+        try:
+            self.faults(f"cgroup allow {rules}")
+        except OSError as err:
+            from nvmount.errors import CgroupError
+
+            raise CgroupError(f"allow devices in {self.handle.cgroup.path}: {err.strerror}") \
+                from err
+        self.cgroup_change = allow_devices(self.handle.cgroup, self.plan.device_rules, self.libc)
+        return self.cgroup_change.describe()
+
+    def _ldconfig(self) -> LdconfigResult:
+        from nvmount.ldconfig import resolve_ldconfig, run_ldconfig
+
+        path = resolve_ldconfig(self.options.ldconfig)
+        try:
+            self.faults("ldconfig")
+        except OSError as err:
+            raise LdcacheError(f"run ldconfig {path}: {err.strerror}") from err
+        result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.rootfs,
+                              dirs=self.plan.ldconfig_dirs, ldconfig_path=path,
+                              uid=self.handle.uid, gid=self.handle.gid,
+                              timeout=self.options.ldconfig_timeout, libc=self.libc)
+        if not result.ok:
+            if self.options.ldconfig_required:
+                raise LdcacheError(f"{result.warning} (ldconfig-required = true)")
+            log.warning("%s (the container starts anyway: SONAME links are in place)",
+                        result.warning)
+            self.warnings.append(result.warning)
+        return result
+
+    def _rollback(self, err: BaseException) -> None:
+        from nvmount.namespace import entered
+
+        failures: list[str] = []
+        if self.cgroup_change is not None:
+            try:
+                self.cgroup_change.undo()
+            except NvmountError as undo_err:
+                failures.append(str(undo_err))
+        if len(self.mounts):
+            try:
+                with entered(self.handle.mntns_fd, self.libc):
+                    failures += self.mounts.rollback()
+            except NvmountError as ns_err:
+                failures.append(f"re-enter the mount namespace to roll back: {ns_err}")
+        if failures:
+            log.error("rollback incomplete: %s", "; ".join(failures))
+            if isinstance(err, NvmountError):
+                err.add_note("rollback incomplete: " + "; ".join(failures))
+
+
+def write_timing(options: EngineOptions, timer: PhaseTimer, pid: int,
+                 result: EngineResult | None, *, dry_run: bool = False) -> None:
+    """Append the timing record when `timing_log` is set; a failure is only logged."""
+    if not options.timing_log:
+        return
+    from nvmount.plan_types import Bind, Symlink, WriteFile
+    from nvmount.timing import append_record
+
+    fields: dict[str, object] = {"container": options.container_id, "pid": pid,
+                                 "dry_run": dry_run}
+    if result is not None:
+        plan = result.plan
+        fields.update(mounts=result.applied.mounts, binds=plan.count(Bind),
+                      files=plan.count(WriteFile), symlinks=plan.count(Symlink),
+                      device_rules=len(plan.device_rules), gpus=len(plan.gpus))
+    try:
+        append_record(options.timing_log, timer.record(**fields))
+    except OSError as err:
+        log.warning("write timing record to %s: %s", options.timing_log, err.strerror)
