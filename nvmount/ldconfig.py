@@ -46,7 +46,7 @@ _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_S
 _PT_INTERP = 3
 
 _SIGNAL_HINTS: dict[int, str] = {
-    signal.SIGKILL: "killed: cpu time limit or timeout?",
+    signal.SIGKILL: "killed: cpu time limit reached?",
     signal.SIGXCPU: "cpu time limit",
     signal.SIGXFSZ: "file size limit",
     signal.SIGSYS: "blocked system call",
