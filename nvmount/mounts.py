@@ -11,7 +11,11 @@ open until the plan succeeded if you want `detach` for rollback).
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from typing import TYPE_CHECKING
+
+from nvmount.errors import MountError
 
 if TYPE_CHECKING:
     from nvmount._libc import Libc
@@ -19,6 +23,47 @@ if TYPE_CHECKING:
     from nvmount.procfs import ProcFs
 
 log = logging.getLogger(__name__)
+
+MS_SHARED = 1 << 20
+
+
+def check_source_mode(
+    mode: int, st_rdev: int, kind: SourceKind, rdev: tuple[int, int] | None
+) -> str | None:
+    """Why a source of file mode `mode` cannot serve as `kind`, or None if it can (pure)."""
+    from nvmount.plan_types import SourceKind
+
+    wanted = {
+        SourceKind.FILE: stat.S_ISREG,
+        SourceKind.DIRECTORY: stat.S_ISDIR,
+        SourceKind.DEVICE: stat.S_ISCHR,
+        SourceKind.SOCKET: stat.S_ISSOCK,
+    }[kind]
+    if not wanted(mode):
+        return f"unexpected source file mode {mode:o} (expected a {kind.value})"
+    if kind is SourceKind.DEVICE and rdev is not None:
+        have = (os.major(st_rdev), os.minor(st_rdev))
+        if have != tuple(rdev):
+            return f"invalid device node: is {have[0]}:{have[1]}, expected {rdev[0]}:{rdev[1]}"
+    return None
+
+
+def mount_attrs(flags: MountFlag) -> int:
+    """MOUNT_ATTR_* bits for our flags (pure)."""
+    from nvmount import _libc
+    from nvmount.plan_types import MountFlag
+
+    table = {
+        MountFlag.RDONLY: _libc.MOUNT_ATTR_RDONLY,
+        MountFlag.NOSUID: _libc.MOUNT_ATTR_NOSUID,
+        MountFlag.NODEV: _libc.MOUNT_ATTR_NODEV,
+        MountFlag.NOEXEC: _libc.MOUNT_ATTR_NOEXEC,
+    }
+    attrs = 0
+    for flag, attr in table.items():
+        if flag in flags:
+            attrs |= attr
+    return attrs
 
 
 def clone_source(
@@ -30,39 +75,148 @@ def clone_source(
     st_rdev equals `rdev`, socket); a symlink or anything else is refused with
     MountError "unexpected source file mode". Run before setns (host paths).
     """
-    raise NotImplementedError
+    from nvmount import _libc
+
+    try:
+        fd = os.open(host_path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise MountError(f"open source {host_path}: {_strerror(err)}") from err
+    try:
+        st = os.fstat(fd)
+        why = check_source_mode(st.st_mode, st.st_rdev, kind, rdev)
+        if why is not None:
+            raise MountError(f"check source {host_path}: {why} (fix the driver root)")
+        tree = libc.open_tree(
+            fd, "", _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC | _libc.AT_EMPTY_PATH
+        )
+    except OSError as err:
+        raise MountError(f"clone source {host_path}: {_strerror(err)}") from err
+    finally:
+        os.close(fd)
+    try:
+        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
+    except OSError as err:
+        os.close(tree)
+        raise MountError(f"make clone of {host_path} private: {_strerror(err)}") from err
+    return tree
 
 
-def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc) -> None:
-    """Set RDONLY/NOSUID/NODEV/NOEXEC on the mount `tree_fd` (mount_setattr)."""
-    raise NotImplementedError
+def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -> None:
+    """Set RDONLY/NOSUID/NODEV/NOEXEC on the mount `tree_fd` (mount_setattr).
+
+    Only sets: flags the source mount already has (e.g. nosuid) are kept.
+    """
+    from nvmount import _libc
+
+    attrs = mount_attrs(flags)
+    if not attrs:
+        return
+    try:
+        libc.mount_setattr(tree_fd, "", _libc.AT_EMPTY_PATH, attrs)
+    except OSError as err:
+        raise MountError(f"set mount flags {flags.names()} on {what}: {_strerror(err)}") from err
 
 
-def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "") -> None:
+def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
+           procfs: ProcFs | None = None) -> None:
     """move_mount the detached tree onto the verified target fd (F_EMPTY_PATH|T_EMPTY_PATH).
 
-    After the attach the mount is made private again (a mount attached under a shared parent
-    joins its peer group; we leave it). `tree_fd` then refers to the attached mount.
-    `what` (a container path) names the target in errors.
+    Never MOVE_MOUNT_T_SYMLINKS. After the attach the mount is made private again: a mount
+    attached under a shared parent joins the parent's peer group (and a copy appears at the
+    peers - this cannot be prevented without changing the parent, so with `procfs` given it
+    is logged as a warning); making ours private stops anything mounted beneath it, and its
+    unmount, from propagating. `tree_fd` then refers to the attached mount. `what` (a
+    container path) names the target in errors.
     """
-    raise NotImplementedError
+    from nvmount import _libc
+
+    if procfs is not None and is_shared(target_fd, procfs):
+        log.warning("%s is on a shared mount: the mount propagates to its peers", what)
+    flags = _libc.MOVE_MOUNT_F_EMPTY_PATH | _libc.MOVE_MOUNT_T_EMPTY_PATH
+    try:
+        libc.move_mount(tree_fd, "", target_fd, "", flags)
+    except OSError as err:
+        raise MountError(f"attach mount at {what}: {_strerror(err)}") from err
+    try:
+        libc.mount_setattr(tree_fd, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
+    except OSError as err:
+        raise MountError(f"make mount at {what} private: {_strerror(err)}") from err
 
 
-def make_tmpfs(mode: int, flags: MountFlag, libc: Libc) -> int:
-    """A new detached tmpfs (fsopen/fsconfig mode=/fsmount) with `flags`; returns its fd."""
-    raise NotImplementedError
+def make_tmpfs(mode: int, flags: MountFlag, libc: Libc, *, what: str = "tmpfs") -> int:
+    """A new detached, private tmpfs (fsopen/fsconfig mode=/fsmount) with `flags`; its fd."""
+    from nvmount import _libc
+
+    try:
+        fs = libc.fsopen("tmpfs")
+    except OSError as err:
+        raise MountError(f"create {what}: {_strerror(err)}") from err
+    try:
+        libc.fsconfig(fs, _libc.FSCONFIG_SET_STRING, "mode", f"{mode:o}")
+        libc.fsconfig(fs, _libc.FSCONFIG_CMD_CREATE, None, None)
+        tree = libc.fsmount(fs, _libc.FSMOUNT_CLOEXEC, mount_attrs(flags))
+    except OSError as err:
+        raise MountError(f"create {what}: {_strerror(err)}") from err
+    finally:
+        os.close(fs)
+    try:
+        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
+    except OSError as err:
+        os.close(tree)
+        raise MountError(f"make {what} private: {_strerror(err)}") from err
+    return tree
 
 
-def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = None) -> None:
+def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = None,
+           what: str = "") -> None:
     """Lazily unmount (MNT_DETACH) the mount whose root `mount_fd` is (rollback).
 
     `mount_fd` is the tree fd after `attach` (or an O_PATH fd on the mounted target). If
     `mnt_id` is given, the fd's mount id must equal it, else MountError and nothing is
-    unmounted. Uses the procfs handle's magic link, not a path in the container.
+    unmounted. The unmount goes through the procfs handle's magic link for the fd (cwd
+    switched to the handle for the call), never through a path in the container.
     """
-    raise NotImplementedError
+    from nvmount import _libc
+
+    try:
+        have = procfs.mount_id(mount_fd)
+        if mnt_id is not None and have != mnt_id:
+            raise MountError(
+                f"unmount {what}: mount id {have} is not ours ({mnt_id}) (left in place)"
+            )
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fchdir(procfs.fd)
+            libc.umount2(f"thread-self/fd/{mount_fd}", _libc.MNT_DETACH)
+        finally:
+            os.fchdir(cwd)
+            os.close(cwd)
+    except OSError as err:
+        raise MountError(f"unmount {what}: {_strerror(err)}") from err
+    log.debug("unmounted %s (mount id %d)", what, have)
 
 
 def mount_id(fd: int, procfs: ProcFs) -> int:
     """The mount id of the mount `fd` is on."""
-    raise NotImplementedError
+    return procfs.mount_id(fd)
+
+
+def mountinfo_line(mnt_id: int, procfs: ProcFs) -> str | None:
+    """The line of our mount namespace's mountinfo for mount `mnt_id`, if any."""
+    for line in procfs.read("thread-self/mountinfo").splitlines():
+        if line.split(" ", 1)[0] == str(mnt_id):
+            return line
+    return None
+
+
+def is_shared(fd: int, procfs: ProcFs) -> bool:
+    """Whether the mount `fd` is on has shared propagation (a `shared:N` tag)."""
+    line = mountinfo_line(procfs.mount_id(fd), procfs)
+    if line is None:
+        return False
+    optional = line.split(" - ", 1)[0].split()[6:]
+    return any(tag.startswith("shared:") for tag in optional)
+
+
+def _strerror(err: OSError) -> str:
+    return os.strerror(err.errno).lower() if err.errno else str(err)

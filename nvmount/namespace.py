@@ -8,9 +8,12 @@ resets root and cwd to the namespace's root: the cwd is restored on the way back
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+from nvmount.errors import ContainerError
 
 if TYPE_CHECKING:
     from nvmount._libc import Libc
@@ -20,12 +23,13 @@ log = logging.getLogger(__name__)
 
 def thread_count(task_dir: str = "/proc/self/task") -> int:
     """Number of threads of this process."""
-    raise NotImplementedError
+    return len(os.listdir(task_dir))
 
 
 def same_namespace(a_fd: int, b_fd: int) -> bool:
     """Whether two namespace fds (e.g. /proc/X/ns/mnt) are the same namespace."""
-    raise NotImplementedError
+    a, b = os.fstat(a_fd), os.fstat(b_fd)
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 @contextmanager
@@ -33,7 +37,51 @@ def entered(ns_fd: int, libc: Libc) -> Iterator[None]:
     """Run the body inside mount namespace `ns_fd`; always setns back (also on exceptions).
 
     Raises ContainerError if the process has more than one thread or setns fails. The cwd
-    is restored afterwards. A failure to return is raised as ContainerError (fatal).
+    is restored afterwards. A failure to return is raised as ContainerError (fatal: the
+    process must exit, it is stuck in the container's namespace).
     """
-    raise NotImplementedError
-    yield  # pragma: no cover
+    from nvmount import _libc
+
+    threads = thread_count()
+    if threads != 1:
+        raise ContainerError(
+            f"enter mount namespace: the process has {threads} threads (setns needs a "
+            "single-threaded process; start no threads before the mount stage)"
+        )
+    own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        cwd = -1
+    try:
+        try:
+            libc.setns(ns_fd, _libc.CLONE_NEWNS)
+        except OSError as err:
+            raise ContainerError(
+                f"enter mount namespace: setns failed: {os.strerror(err.errno or 0).lower()} "
+                "(is the container still running?)"
+            ) from err
+        log.debug("entered mount namespace (fd %d)", ns_fd)
+        try:
+            yield
+        finally:
+            _leave(own, cwd, libc)
+    finally:
+        os.close(own)
+        if cwd >= 0:
+            os.close(cwd)
+
+
+def _leave(own: int, cwd: int, libc: Libc) -> None:
+    from nvmount import _libc
+
+    try:
+        libc.setns(own, _libc.CLONE_NEWNS)
+    except OSError as err:
+        raise ContainerError(
+            f"return to the hook's mount namespace: {os.strerror(err.errno or 0).lower()} "
+            "(the process is stuck in the container's namespace; it must exit)"
+        ) from err
+    if cwd >= 0:
+        os.fchdir(cwd)
+    log.debug("back in the hook's mount namespace")
