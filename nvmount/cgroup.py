@@ -13,15 +13,13 @@ Differences from libnvidia-container (libnvc-spec §4):
   mount point, via fdinfo, is the one in mountinfo), so a hidden v1 mount (runc forced onto
   cgroup v2 in hybrid mode) or a stray directory of the same name is never written to.
 - Root cgroups ("/") are never touched: a device rule there would apply to the whole host.
-- v1 rules are written to a cgroupfs checked with fstatfs, opened with O_NOFOLLOW from the
+- v1 rules (cgroup_v1.py) go to a cgroupfs checked with fstatfs, opened with O_NOFOLLOW from the
   cgroup directory fd; rules already covered by devices.list are not written, so `undo`
   removes exactly what was added. Wildcards and out-of-range numbers are refused.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import logging
 import os
 import re
@@ -40,7 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
 MAX_MINOR = (1 << 20) - 1
-_ACCESS_ORDER = "rwm"
+ACCESS_ORDER = "rwm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +67,6 @@ class CgroupCandidate:
     path: str  # host path of the cgroup directory
     mount_point: str
     mount_id: int  # the mount `path` must go through
-
-
-@dataclass(frozen=True, slots=True)
-class ListEntry:
-    """One line of a v1 `devices.list`: `c 195:0 rw`, `a *:* rwm` (None = `*`)."""
-
-    kind: str  # "a", "b" or "c"
-    major: int | None
-    minor: int | None
-    access: str
 
 
 class CgroupChange(Protocol):
@@ -134,7 +122,7 @@ def validate_rules(rules: Sequence[DeviceRule]) -> tuple[DeviceRule, ...]:
             raise CgroupError(f"device rule c {rule.major}:{rule.minor}{where}: major must be "
                               f"0..{MAX_MAJOR} and minor 0..{MAX_MINOR} (no wildcards)")
         access = rule.access
-        if not access or set(access) - set(_ACCESS_ORDER) or len(set(access)) != len(access):
+        if not access or set(access) - set(ACCESS_ORDER) or len(set(access)) != len(access):
             raise CgroupError(f"device rule c {rule.major}:{rule.minor}{where}: access "
                               f"{access!r} must be letters of 'rwm' without repeats")
         if rule not in out:
@@ -219,31 +207,6 @@ def cgroup_candidates(lines: Sequence[CgroupLine],
                 full = m.mount_point if rel == "/" else m.mount_point.rstrip("/") + rel
                 out.append(CgroupCandidate(version, full, m.mount_point, m.mount_id))
     return tuple(out)
-
-
-def parse_devices_list(text: str) -> tuple[ListEntry, ...]:
-    out = []
-    for line in text.splitlines():
-        if not line:
-            continue
-        kind, _, rest = line.partition(" ")
-        numbers, _, access = rest.partition(" ")
-        major, sep, minor = numbers.partition(":")
-        if kind not in ("a", "b", "c") or not sep or not access:
-            raise ValueError(f"not a devices.list line: {line!r}")
-        out.append(ListEntry(kind, None if major == "*" else int(major),
-                             None if minor == "*" else int(minor), access))
-    return tuple(out)
-
-
-def missing_access(listed: Sequence[ListEntry], rule: DeviceRule) -> str:
-    """The letters of `rule.access` that no entry of devices.list grants yet."""
-    have: set[str] = set()
-    for e in listed:
-        if (e.kind in ("a", "c") and e.major in (None, rule.major)
-                and e.minor in (None, rule.minor)):
-            have.update(e.access)
-    return "".join(c for c in _ACCESS_ORDER if c in rule.access and c not in have)
 
 
 # -- reads ------------------------------------------------------------------------------------
@@ -336,84 +299,13 @@ def allow_devices(target: CgroupTarget, rules: Sequence[DeviceRule],
         return allow_devices_bpf(target, valid, libc)
     if target.version != 1:
         raise CgroupError(f"update cgroup {target.path}: unknown cgroup version {target.version}")
-    return _allow_v1(target.path, valid, libc)
+    from nvmount.cgroup_v1 import allow_devices_v1
+
+    return allow_devices_v1(target.path, valid, libc)
 
 
-class V1Change:
-    """Rules written to a v1 devices cgroup; `undo` denies exactly the access we added."""
-
-    def __init__(self, path: str, dir_fd: int, libc: Libc) -> None:
-        self.path = path
-        self.added: list[DeviceRule] = []  # access = only the letters we added
-        self._dir_fd: int | None = dir_fd
-        self._libc = libc
-
-    def describe(self) -> str:
-        rules = ", ".join(format_rule(r) for r in self.added) or "nothing"
-        return f"cgroup v1 {self.path}: allowed {rules}"
-
-    def undo(self) -> None:
-        try:
-            if self._dir_fd is not None and self.added:
-                removed: list[DeviceRule] = []
-                _write_rules(self._dir_fd, "devices.deny", tuple(reversed(self.added)),
-                             self._libc, removed)
-                self.added.clear()
-        except OSError as err:
-            raise CgroupError(f"remove device rules from {self.path}/devices.deny: "
-                              f"{err.strerror} (rules left: {self.describe()})") from err
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._dir_fd is not None:
-            os.close(self._dir_fd)
-            self._dir_fd = None
-
-
-def _write_rules(dir_fd: int, control: str, rules: Sequence[DeviceRule], libc: Libc,
-                 written: list[DeviceRule]) -> None:
-    """One rule per write(2) to `control` (devices.allow / devices.deny), checked cgroupfs."""
-    from nvmount import _libc as L
-
-    fd = os.open(control, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        if libc.fstatfs_type(fd) != L.CGROUP_SUPER_MAGIC:
-            raise OSError(errno.EACCES, f"{control} is not on a cgroup v1 filesystem")
-        for rule in rules:
-            os.write(fd, format_rule(rule).encode())
-            written.append(rule)
-    finally:
-        os.close(fd)
-
-
-def _allow_v1(path: str, rules: tuple[DeviceRule, ...], libc: Libc) -> CgroupChange:
-    from nvmount import _libc as L
-
-    change = V1Change(path, open_cgroup_dir(path, libc, os.O_PATH, L.CGROUP_SUPER_MAGIC, 1), libc)
-    try:
-        assert change._dir_fd is not None
-        fd = os.open("devices.list", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=change._dir_fd)
-        with open(fd, "rb") as f:
-            listed = parse_devices_list(os.fsdecode(f.read()))
-        todo = [dataclasses.replace(r, access=missing_access(listed, r)) for r in rules]
-        _write_rules(change._dir_fd, "devices.allow", [r for r in todo if r.access], libc,
-                     change.added)
-    except (OSError, ValueError) as err:
-        _undo_quietly(change)
-        cause = err.strerror if isinstance(err, OSError) else str(err)
-        hint = ("the parent cgroup must allow it too" if getattr(err, "errno", 0) == errno.EPERM
-                else "is the container still running?")
-        raise CgroupError(f"allow devices in {path}: {cause} ({hint})") from err
-    except BaseException:
-        _undo_quietly(change)
-        raise
-    log.info("%s", change.describe())
-    return change
-
-
-def _undo_quietly(change: CgroupChange) -> None:
+def undo_quietly(change: CgroupChange) -> None:
+    """Roll back on a failure path: an undo error is logged, the original error goes on."""
     try:
         change.undo()
     except CgroupError as err:

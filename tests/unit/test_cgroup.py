@@ -1,5 +1,5 @@
-"""nvmount.cgroup: parsing and path detection (pure, table-driven) and cgroup v1 device rules
-against the real v1 devices hierarchy of this machine (root)."""
+"""nvmount.cgroup and cgroup_v1: parsing and path detection (pure, table-driven), and v1
+device rules against the real v1 devices hierarchy of this machine (root)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,16 @@ from nvmount._libc import Libc
 from nvmount.cgroup import (
     CgroupCandidate,
     CgroupLine,
-    ListEntry,
     allow_devices,
     cgroup_candidates,
     find_cgroup,
-    missing_access,
-    parse_devices_list,
     parse_mountinfo,
     parse_proc_cgroup,
     should_skip_cgroups,
     unescape_mountinfo,
     validate_rules,
 )
+from nvmount.cgroup_v1 import ListEntry, missing_access, parse_devices_list
 from nvmount.container_types import CgroupTarget
 from nvmount.errors import CgroupError
 from nvmount.plan_types import DeviceRule
