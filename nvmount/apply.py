@@ -114,10 +114,13 @@ class _Applier:
         self.root, self.sources, self.journal = root, sources, journal
         self.libc, self.procfs, self.owner, self.faults = libc, procfs, owner, faults
         self.tmpfs: list[tuple[Tmpfs, int]] = []
+        self.tmpfs_devs: set[int] = set()  # entries on our tmpfs mounts go with the mount
         self.counts = {"mounts": 0, "files": 0, "symlinks": 0, "created": 0}
 
     def created(self, entries: tuple[Created, ...]) -> None:
         for c in entries:
+            if c.dev in self.tmpfs_devs:
+                continue
             self.journal.record(f"created {c.kind.value} {c.path}",
                                 lambda c=c: self.root.remove_created(c))  # type: ignore[misc]
         self.counts["created"] += len(entries)
@@ -169,6 +172,7 @@ class _Applier:
         finally:
             os.close(fd)
         self.tmpfs.append((entry, tree))
+        self.tmpfs_devs.add(os.fstat(tree).st_dev)
 
     def _tmpfs_target(self, entry: Tmpfs) -> tuple[int, tuple[Created, ...]]:
         """The directory to mount a tmpfs on; never created inside a real procfs."""

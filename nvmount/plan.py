@@ -154,7 +154,7 @@ def plan_links(mounted: list[tuple[Bind, str]]) -> list[Symlink]:
         directory, base = posixpath.split(bind.target)
         for prefix, name, target in SPECIAL_LINKS:
             if base.startswith(prefix):
-                add(posixpath.join(directory, name), target or base, "symlink")
+                add(posixpath.join(directory, name), target or base, "special link")
     for bind, soname in libs:
         directory, base = posixpath.split(bind.target)
         if soname not in ("", ".", "..") and "/" not in soname:

@@ -215,7 +215,7 @@ def test_order_follows_libnvc() -> None:
     plan = make_plan(ALL_CAPS, devices="1")
     order = [e.what for e in plan.entries]
     firsts = ["procfs view", "procfs file", "procfs gpu", "application profiles",
-              "application profile", "binary", "library", "library32", "symlink", "soname link",
+              "application profile", "binary", "library", "library32", "special link", "soname link",
               "firmware", "ipc", "device", "gpu device"]
     assert [order.index(w) for w in firsts] == sorted(order.index(w) for w in firsts)
     assert plan.gpus == ("GPU-00000001",)
