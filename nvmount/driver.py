@@ -134,7 +134,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
     caps_major = majors.get("nvidia-caps")
     imex_major = majors.get("nvidia-caps-imex-channels")
     gpus = dev.build_gpus(droot, devices, caps_major, warnings)
-    mig_minors = dev.read_mig_minors(proc_root, warnings)
+    mig_minors = dev.read_mig_minors(proc_root, [g.minor for g in gpus if g.mig_capable])
     for w in warnings:
         log.debug("%s", w)
     return DriverInventory(
