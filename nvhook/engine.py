@@ -130,31 +130,10 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
         ldconfig_required=config.nvhook.ldconfig_required,
         no_cgroups=cli.no_cgroups,
         compat_mode=CompatMode(compat_mode(config)),
-        nvml_user=parse_user(cli.user) if cli.user else None,
         timing_log=config.nvhook.timing_log,
         container_id=os.path.basename(container.bundle.rstrip("/")) if container else "",
         limit_privileges=limit_privileges,
     )
-
-
-def parse_user(value: str) -> tuple[int, int]:
-    """`--user` (`uid[:gid]`, names allowed; a missing gid is the user's passwd gid)."""
-    import grp
-    import pwd
-
-    from nvhook.errors import ConfigError
-
-    user, _, group = value.partition(":")
-    try:
-        uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
-        if not group:
-            gid = pwd.getpwuid(uid).pw_gid
-        else:
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-    except KeyError as err:
-        raise ConfigError(f"nvidia-container-cli.user = {value!r}: unknown user or group "
-                          "(use uid:gid numbers or names known to this host)") from err
-    return uid, gid
 
 
 def plan_to_json(plan: MountPlan) -> dict[str, object]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nvmount.capabilities import DriverCapability
-from nvmount.errors import DriverError, LdcacheError, NvmountError
+from nvmount.errors import DriverError, LdcacheError, NvmlError, NvmountError
 from nvmount.faults import Faults
 from nvmount.plan_types import UNGATED, CompatMode, MountPlan, PlanOptions, ProcFile
 from nvmount.timing import PhaseTimer
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROC_FILE_LIMIT = 1 << 20  # bytes read of one /proc/driver/nvidia file
+NVML_NO_DRIVER = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,6 @@ class EngineOptions:
     no_persistenced: bool = False
     no_fabricmanager: bool = False
     no_gsp_firmware: bool = False
-    nvml_user: tuple[int, int] | None = None  # uid:gid NVML runs as (None: driver default)
     timing_log: str = ""
     container_id: str = ""  # for the timing record
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
@@ -103,13 +103,14 @@ class EngineResult:
 # -- the phases that change nothing ----------------------------------------------------------
 def discover(options: EngineOptions, faults: Faults) -> DriverInventory:
     """The host driver's inventory (NVML runs here; `nvml init` is a fault point)."""
-    from nvmount.driver import discover_driver
+    from nvmount.driver import DiscoveryOptions, discover_driver
 
     faults("nvml init")
     return discover_driver(
         options.root, options.ldcache, options.proc_root,
-        no_persistenced=options.no_persistenced, no_fabricmanager=options.no_fabricmanager,
-        no_gsp_firmware=options.no_gsp_firmware, nvml_user=options.nvml_user,
+        options=DiscoveryOptions(no_persistenced=options.no_persistenced,
+                                 no_fabricmanager=options.no_fabricmanager,
+                                 no_gsp_firmware=options.no_gsp_firmware),
     )
 
 
@@ -183,10 +184,14 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
     """The dry run: the plan for `rootfs` (a host path), or None when no driver is found."""
     timer = timer or PhaseTimer()
     with timer.phase("inventory"):
+        missing = no_driver_reason(options)
+        if missing is not None:
+            log.warning("no NVIDIA driver found: %s", missing)
+            return None
         try:
             inventory = discover(options, Faults())
-        except DriverError as err:
-            if not is_no_driver(err):
+        except NvmlError as err:
+            if err.code not in NVML_NO_DRIVER:
                 raise
             log.warning("no NVIDIA driver found: %s", err)
             return None
@@ -195,9 +200,24 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
         return make_plan(inventory, selection, request, root, options)
 
 
-def is_no_driver(err: DriverError) -> bool:
-    """Whether discovery failed because there is no driver at all (not a broken one)."""
-    return bool(getattr(err, "no_driver", False))
+def no_driver_reason(options: EngineOptions) -> str | None:
+    """Why there is no driver under the driver root at all (None: there is one to inspect):
+    no ld.so.cache, or no libnvidia-ml.so.1 in it. Anything else is a broken driver."""
+    from nvmount.driver import NVML_SONAME
+    from nvmount.driver_root import DriverRoot
+    from nvmount.ldcache import read_ldcache
+
+    droot = DriverRoot(options.root)
+    cache = droot.host(droot.resolve(options.ldcache).path)
+    try:
+        entries = read_ldcache(cache, prefixes=(NVML_SONAME,))
+    except FileNotFoundError:
+        return f"{cache} does not exist"
+    except (OSError, DriverError):
+        return None  # let discovery report it
+    if not any(e.key == NVML_SONAME for e in entries):
+        return f"{NVML_SONAME} is not in {cache}"
+    return None
 
 
 @contextmanager
@@ -278,7 +298,7 @@ class _Run:
         self.handle, self.plan, self.options = handle, plan, options
         self.libc, self.faults, self.timer, self.stack = libc, faults, timer, stack
         self.mounts = Journal("container mounts")
-        self.cgroup_change: CgroupChange | None = None
+        self.cgroup_changes: list[CgroupChange] = []
         self.warnings: list[str] = []
 
     def execute(self) -> _Effects:
@@ -298,8 +318,8 @@ class _Run:
             self._rollback(err)
             raise
         self.mounts.commit()
-        if self.cgroup_change is not None:
-            self.cgroup_change.close()
+        for change in self.cgroup_changes:
+            change.close()
         return _Effects(applied, cgroup, ldconfig, tuple(self.warnings))
 
     def _mount(self, procfs: ProcFs) -> ApplyResult:
@@ -322,23 +342,31 @@ class _Run:
         return applied
 
     def _cgroup(self) -> str:
+        """Allow the plan's device rules. A fault point precedes each cgroup write: v1 gets
+        one `allow_devices` call (one write) per rule, v2 one call (one atomic replace)."""
         from nvmount.cgroup import allow_devices, format_rule, should_skip_cgroups
 
         skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
-        if skip is not None or self.handle.cgroup is None or not self.plan.device_rules:
-            why = skip or ("no device cgroup" if self.handle.cgroup is None else "no rules")
+        target = self.handle.cgroup
+        if skip is not None or target is None or not self.plan.device_rules:
+            why = skip or ("no device cgroup" if target is None else "no rules")
             log.info("device cgroup left alone: %s", why)
             return f"unchanged: {why}"
-        rules = ", ".join(format_rule(r) for r in self.plan.device_rules)
-        try:
-            self.faults(f"cgroup allow {rules}")
-        except OSError as err:
-            from nvmount.errors import CgroupError
+        rules = self.plan.device_rules
+        batches = [(r,) for r in rules] if target.version == 1 else [rules]
+        described: list[str] = []
+        for batch in batches:
+            step = f"cgroup allow {', '.join(format_rule(r) for r in batch)}"
+            try:
+                self.faults(step)
+            except OSError as err:
+                from nvmount.errors import CgroupError
 
-            raise CgroupError(f"allow devices in {self.handle.cgroup.path}: {err.strerror}") \
-                from err
-        self.cgroup_change = allow_devices(self.handle.cgroup, self.plan.device_rules, self.libc)
-        return self.cgroup_change.describe()
+                raise CgroupError(f"{step} in {target.path}: {err.strerror}") from err
+            change = allow_devices(target, batch, self.libc)
+            self.cgroup_changes.append(change)
+            described.append(change.describe())
+        return "; ".join(described)
 
     def _ldconfig(self) -> LdconfigResult:
         from nvmount.ldconfig import resolve_ldconfig, run_ldconfig
@@ -364,9 +392,10 @@ class _Run:
         from nvmount.namespace import entered
 
         failures: list[str] = []
-        if self.cgroup_change is not None:
+        while self.cgroup_changes:
+            change = self.cgroup_changes.pop()
             try:
-                self.cgroup_change.undo()
+                change.undo()
             except NvmountError as undo_err:
                 failures.append(str(undo_err))
         if len(self.mounts):
