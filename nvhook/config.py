@@ -169,13 +169,16 @@ _GROUPS: dict[str, type[Any]] = {
 }
 
 
-def find_config(explicit_path: str | None, environ: Mapping[str, str]) -> tuple[str | None, str]:
+def find_config(
+    explicit_path: str | None, environ: Mapping[str, str], cwd: str | None = None
+) -> tuple[str | None, str]:
     """(path to load or None for built-in defaults, what named it: "--config",
-    "NVIDIA_CTK_CONFIG_FILE_PATH", or "" for the default search, whose files are optional)."""
-    if explicit_path:
-        return explicit_path, "--config"
-    if environ.get(CONFIG_PATH_ENV):
-        return environ[CONFIG_PATH_ENV], CONFIG_PATH_ENV
+    "NVIDIA_CTK_CONFIG_FILE_PATH", or "" for the default search, whose files are optional).
+    Relative explicit paths are taken relative to `cwd` (the hook's original directory)."""
+    named = ((explicit_path, "--config"), (environ.get(CONFIG_PATH_ENV), CONFIG_PATH_ENV))
+    for path, origin in named:
+        if path:
+            return (os.path.join(cwd, path) if cwd else path), origin
     xdg = environ.get("XDG_CONFIG_HOME", "")
     candidates = [os.path.join(xdg, "nvidia-container-runtime", "config.toml")] if xdg else []
     candidates.append(DEFAULT_CONFIG_PATH)
@@ -185,9 +188,11 @@ def find_config(explicit_path: str | None, environ: Mapping[str, str]) -> tuple[
     return None, ""
 
 
-def load_config(explicit_path: str | None, environ: Mapping[str, str]) -> HookConfig:
+def load_config(
+    explicit_path: str | None, environ: Mapping[str, str], *, cwd: str | None = None
+) -> HookConfig:
     """The hook's configuration: from the file `find_config` names, else built-in defaults."""
-    path, origin = find_config(explicit_path, environ)
+    path, origin = find_config(explicit_path, environ, cwd)
     document = _read_toml(path, origin) if path is not None else None
     if document is None:
         return config_from_document({}, None)
@@ -346,18 +351,6 @@ def normalise_ldconfig(value: str, allow_from_container: bool, *, checked: bool)
             "features.allow-ldconfig-from-container = true to run the container's own)"
         )
     return value
-
-
-def effective_cuda_compat_mode(config: HookConfig) -> str | None:
-    """The `--cuda-compat-mode` nvidia-container-cli would get: ldconfig, mount or disabled;
-    None means no flag (the container's own compat libraries, only with
-    `features.allow-cuda-compat-libs-from-container` and an empty mode)."""
-    mode = config.runtime.modes_legacy_cuda_compat_mode
-    if mode in ("ldconfig", "mount"):
-        return mode
-    if mode in ("disabled", "hook"):
-        return "disabled"
-    return None if config.features.allow_cuda_compat_libs_from_container else "disabled"
 
 
 def default_ldconfig() -> str:

@@ -209,17 +209,21 @@ def _errno_text(err: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+def resolve_bundle(bundle: str, cwd: str | None) -> str:
+    """The bundle as an absolute, cleaned path; relative to the hook's original cwd."""
+    if bundle.startswith("/"):
+        return go_clean(bundle)
+    if cwd is None:
+        raise SpecError(
+            f"resolve bundle {bundle!r}: the path is relative and the hook's working directory "
+            "is unknown (pass an absolute bundle path in the state)"
+        )
+    return go_join(cwd, bundle)
+
+
 def spec_path(bundle: str, cwd: str | None) -> str:
-    """`<bundle>/config.json`, made absolute against the hook's original working directory."""
-    path = go_join(bundle, "config.json")
-    if not path.startswith("/"):
-        if cwd is None:
-            raise SpecError(
-                f"could not open OCI spec: open {path}: relative path and the hook's working "
-                "directory is unknown (give an absolute bundle path)"
-            )
-        path = go_join(cwd, path)
-    return path
+    """`<bundle>/config.json` (an empty bundle means the hook's original cwd)."""
+    return go_join(resolve_bundle(bundle, cwd), "config.json")
 
 
 def load_spec(bundle: str, *, cwd: str | None = None) -> Spec:

@@ -1,0 +1,122 @@
+"""The hook commands: `prestart` runs the pipeline, `poststart`/`poststop` are no-ops.
+
+Pipeline (hook-spec 1.2; the order decides which error wins): config -> state (stdin) -> spec
+-> request -> engine. Errors in the config, the state, the spec's shape, `process.env` or
+`process.capabilities` fail every container; a container that wants no GPU then exits 0
+silently. `--dry-run` prints the decision as one JSON object and changes nothing:
+
+    {"gpu_container": true, "request": {...} | null,
+     "container": {"pid": 4242, "bundle": "/abs/bundle", "rootfs": "/abs/bundle/rootfs"},
+     "plan": {...}}            # only when the engine found a driver
+
+Reads: the config file, stdin, `<bundle>/config.json`; everything else is the engine's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nvhook.cli import GlobalOptions
+    from nvhook.config import HookConfig
+    from nvhook.oci import Spec, State
+    from nvhook.request import ContainerRef, ContainerRequest
+
+_PRESTART_FLAGS = {"dry-run": False}
+
+
+def main(argv: list[str], opts: GlobalOptions) -> int:
+    """`argv[0]` is the command (prestart, poststart or poststop), then its arguments."""
+    command, args = argv[0], argv[1:]
+    if command != "prestart":
+        return 0  # poststart, poststop: succeed without reading stdin, whatever the arguments
+    from nvhook.cli import take_flags
+
+    values, extra = take_flags(args, _PRESTART_FLAGS, leading=False, strict=True)
+    if extra:
+        import logging
+
+        logging.getLogger(__name__).debug("ignoring extra arguments %s", extra)
+    return run_prestart(opts, dry_run=bool(values.get("dry-run")))
+
+
+def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> int:
+    """The prestart pipeline; in dry-run, print the decision (and the engine's plan)."""
+    from nvhook.config import load_config
+    from nvhook.oci import load_spec, load_state
+    from nvhook.request import derive_request
+    from nvmount.timing import PhaseTimer
+
+    timer = PhaseTimer()
+    with timer.phase("config"):
+        config = load_config(opts.config_path, os.environ, cwd=opts.cwd)
+    if config.cli.debug and not dry_run:
+        from nvhook.cli import attach_log_file
+
+        attach_log_file(config.cli.debug)
+    with timer.phase("spec"):
+        state = load_state(stdin_fd)
+        spec = load_spec(state.bundle, cwd=opts.cwd)
+        request = derive_request(spec, config)
+    if request is None:
+        if dry_run:
+            _print_decision(None, container_ref(state, spec, opts.cwd), None)
+        return 0
+    ref = container_ref(state, spec, opts.cwd)
+    _log_request(request, ref)
+    from nvhook.engine import run_engine
+
+    plan = run_engine(request, ref, config, dry_run=dry_run, debug=opts.debug, timer=timer)
+    if dry_run:
+        _print_decision(request, ref, plan)
+    return 0
+
+
+def container_ref(state: State, spec: Spec, cwd: str | None) -> ContainerRef:
+    """pid, absolute bundle and rootfs (root.path against the hook's original cwd, 1.4)."""
+    from nvhook.oci import resolve_bundle, resolve_rootfs
+    from nvhook.request import ContainerRef
+
+    return ContainerRef(
+        pid=state.pid, bundle=resolve_bundle(state.bundle, cwd), rootfs=resolve_rootfs(spec, cwd)
+    )
+
+
+def _log_request(request: ContainerRequest, ref: ContainerRef) -> None:
+    import logging
+
+    log = logging.getLogger(__name__)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("GPU container pid %d rootfs %s: %s", ref.pid, ref.rootfs, request.to_json())
+
+
+def decision_json(
+    request: ContainerRequest | None, ref: ContainerRef, plan: dict[str, object] | None
+) -> dict[str, object]:
+    """The dry-run document (README: "Hook decisions")."""
+    document: dict[str, object] = {
+        "gpu_container": request is not None,
+        "request": None if request is None else request.to_json(),
+        "container": ref.to_json(),
+    }
+    if plan is not None:
+        document["plan"] = plan
+    return document
+
+
+def _print_decision(
+    request: ContainerRequest | None, ref: ContainerRef, plan: dict[str, object] | None
+) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(decision_json(request, ref, plan), indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def config_for(opts: GlobalOptions) -> HookConfig:
+    """The configuration the hook would use with these options (for other commands)."""
+    from nvhook.config import load_config
+
+    return load_config(opts.config_path, os.environ, cwd=opts.cwd)
