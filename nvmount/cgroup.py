@@ -187,19 +187,21 @@ def _below(path: str, root: str) -> str | None:
     return path[len(root):] if path.startswith(root + "/") else None
 
 
-def cgroup_candidates(lines: Sequence[CgroupLine],
-                      mounts: Sequence[MountEntry]) -> tuple[CgroupCandidate, ...]:
-    """Where the device cgroup may be, best first: v1 `devices`, then v2. Root cgroups are
-    left out (a rule there would apply to the whole host); () means nothing to update."""
+def device_cgroups(lines: Sequence[CgroupLine]) -> tuple[tuple[int, str], ...]:
+    """(version, cgroup path) that may limit devices, v1 `devices` first, then v2. Root
+    cgroups are left out (a rule there would apply to the whole host): () = nothing to do."""
     v1 = next((ln for ln in lines if "devices" in ln.controllers), None)
     v2 = next((ln for ln in lines if ln.hierarchy_id == 0 and not ln.controllers), None)
-    wanted: list[tuple[int, str, str]] = []  # version, cgroup path, fstype
-    if v1 is not None and v1.path != "/":
-        wanted.append((1, v1.path, "cgroup"))
-    if v2 is not None and v2.path != "/":
-        wanted.append((2, v2.path, "cgroup2"))
+    return tuple((version, ln.path) for version, ln in ((1, v1), (2, v2))
+                 if ln is not None and ln.path != "/")
+
+
+def cgroup_candidates(lines: Sequence[CgroupLine],
+                      mounts: Sequence[MountEntry]) -> tuple[CgroupCandidate, ...]:
+    """Where the device cgroups of `device_cgroups(lines)` may be mounted, best first."""
     out = []
-    for version, path, fstype in wanted:
+    for version, path in device_cgroups(lines):
+        fstype = "cgroup" if version == 1 else "cgroup2"
         for m in mounts:
             ok = m.fstype == fstype and (version == 2 or "devices" in m.super_options)
             rel = _below(path, m.root) if ok else None
@@ -247,18 +249,21 @@ def find_cgroup(pid: int, proc_root: str = "/proc",
                           f"(is process {pid} still running?)") from err
     except ValueError as err:
         raise CgroupError(f"parse {cg_path} or {mi_path}: {err}") from err
-    candidates = cgroup_candidates(lines, mounts)
-    if not candidates:
+    wanted = device_cgroups(lines)
+    if not wanted:
         log.info("pid %d is in root cgroups only: no device cgroup to update", pid)
         return None
+    candidates = cgroup_candidates(lines, mounts)
     for c in candidates:
         if _mount_id_of(c.mount_point) == c.mount_id:
             log.info("setting devices cgroup to %s (cgroup v%d)", c.path, c.version)
             return CgroupTarget(c.version, c.path)
-    tried = ", ".join(sorted({c.mount_point for c in candidates}))
-    raise CgroupError(f"find device cgroup of pid {pid}: no cgroup mount reachable from this "
-                      f"mount namespace ({tried} are hidden or gone) (set no-cgroups = true "
-                      "to skip, or run the hook in the runtime's mount namespace)")
+    where = ", ".join(f"v{v} {p}" for v, p in wanted)
+    tried = ", ".join(sorted({c.mount_point for c in candidates})) or "none in " + mi_path
+    raise CgroupError(f"find device cgroup of pid {pid} ({where}): no mount of its hierarchy "
+                      f"is reachable from this mount namespace (mounts: {tried}) (set "
+                      "no-cgroups = true to skip, or run the hook in the runtime's mount "
+                      "namespace)")
 
 
 # -- effects ----------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nvmount.cgroup import NoChange, format_rule, open_cgroup_dir
+from nvmount.cgroup import NoChange, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
 
 if TYPE_CHECKING:
@@ -260,17 +260,10 @@ def allow_devices_bpf(target: CgroupTarget, rules: tuple[DeviceRule, ...],
         for swap in change._swaps:
             _swap_in(libc, cg_fd, flags, swap, target.path)
     except BaseException:
-        _rollback(change)
+        undo_quietly(change)
         raise
     log.info("%s", change.describe())
     return change
-
-
-def _rollback(change: BpfChange) -> None:
-    try:
-        change.undo()
-    except CgroupError as err:
-        log.error("%s", err)
 
 
 def _query(libc: Libc, cg_fd: int, path: str) -> tuple[int, tuple[int, ...]]:

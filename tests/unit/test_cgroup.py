@@ -14,6 +14,7 @@ from nvmount.cgroup import (
     CgroupLine,
     allow_devices,
     cgroup_candidates,
+    device_cgroups,
     find_cgroup,
     parse_mountinfo,
     parse_proc_cgroup,
@@ -91,6 +92,17 @@ CANDIDATE_CASES = [
 def test_cgroup_candidates(cgroup: str, mountinfo: str, want: tuple[CgroupCandidate, ...]) -> None:
     got = cgroup_candidates(parse_proc_cgroup(cgroup), parse_mountinfo(mountinfo))
     assert got == want
+
+
+@pytest.mark.parametrize(("cgroup", "want"), [
+    (RUNC_V1_CGROUP, ((1, "/ctr"), (2, "/ctr"))),
+    (RUNC_V2_CGROUP, ((2, "/ctr"),)),
+    (ROOT_ONLY_CGROUP, ()),
+    ("4:cpu,devices:/a\n", ((1, "/a"),)),
+    ("5:devices:/\n0::/user.slice/session-1.scope\n", ((2, "/user.slice/session-1.scope"),)),
+], ids=["runc-v1", "runc-v2", "root-only", "co-mounted", "systemd-session"])
+def test_device_cgroups(cgroup: str, want: tuple[tuple[int, str], ...]) -> None:
+    assert device_cgroups(parse_proc_cgroup(cgroup)) == want
 
 
 def test_parse_proc_cgroup_fields() -> None:
@@ -189,6 +201,7 @@ def test_v1_allow_then_undo(nodes: dict[str, str]) -> None:
         assert probe.open_errno(nodes["nvidia0"]) == errno.EPERM
         target = find_cgroup(probe.pid)
         assert target == CgroupTarget(1, cg)
+        assert find_cgroup(probe.pid, mountinfo_pid=os.getpid()) == target
         rules = [DeviceRule(195, 0, what="/dev/nvidia0"), DeviceRule(195, 255),
                  DeviceRule(1, 3)]
         change = allow_devices(target, rules, libc)
@@ -286,6 +299,26 @@ def test_find_cgroup_forced_v2_skips_hidden_mounts() -> None:
     require_v1_devices()
     target, cg = in_private_mntns(_forced_v2_find)
     assert target == CgroupTarget(2, cg)
+
+
+@pytest.mark.root
+def test_find_cgroup_unreachable_mounts_is_an_error() -> None:
+    require_v1_devices()
+
+    def find_without_mounts(pid: int) -> str:
+        libc = Libc()
+        for where in ("/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified"):
+            if os.path.ismount(where):
+                libc.umount2(where, 2)  # MNT_DETACH, in the private namespace only
+        try:
+            find_cgroup(pid)
+        except CgroupError as err:
+            return str(err)
+        return "no error"
+
+    with v1_cgroup() as cg, CgroupProbe(f"{cg}/cgroup.procs") as probe:
+        msg = in_private_mntns(lambda: find_without_mounts(probe.pid))
+    assert "no mount of its hierarchy is reachable" in msg and "no-cgroups = true" in msg
 
 
 def _v2_via_private_mount() -> tuple[CgroupTarget | None, str]:

@@ -36,6 +36,7 @@ from nvmount.errors import CgroupError
 from nvmount.plan_types import DeviceRule
 from tests.fixtures.cgroup import (
     CgroupProbe,
+    bpftool_path,
     bpftool_progs,
     cgroup2_mount,
     in_private_mntns,
@@ -180,6 +181,7 @@ def scenario(body: Callable[[L.Libc, str, dict[str, str]], None]) -> None:
     """body(libc, cgroup dir, nodes) on a fresh cgroup of a private cgroup2 mount."""
     if os.geteuid() != 0:
         pytest.skip("needs root")
+    bpftool_path()  # skip here, not inside the child
 
     def child() -> None:
         libc = L.Libc()
