@@ -119,7 +119,9 @@ def host(tmp_path: Path, foo_lib: Path) -> Host:
     d = tmp_path / "host"
     (d / "conf.d").mkdir(parents=True)
     (d / "lib").mkdir()
-    (d / "conf.d/evil.conf").write_text(f"{d}/lib\n")
+    me = os.getpid()  # whoever reads this conf through a leak reaches the host lib dir
+    (d / "conf.d/evil.conf").write_text(f"{d}/lib\n/proc/{me}/root{d}/lib\n"
+                                        f"/hostproc/{me}/root{d}/lib\n")
     subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libhostonly.so.7", "-o",
                     str(d / "lib/libhostonly.so.7.0"), "-x", "c", "/dev/null"], check=True)
     (d / "cache-target").write_text("HOST\n")
@@ -315,3 +317,237 @@ def test_rootfs_that_is_a_symlink_is_refused(rootfs: Path, tmp_path: Path) -> No
                            ldconfig_path=HOST_LDCONFIG, uid=0, gid=0, libc=Libc())
     assert (res.ran, res.ok) == (False, False)
     assert f"open rootfs {link}" in res.warning
+
+
+# ---- the sandbox, seen from inside (probe) and from the host ----------------------------------
+
+@pytest.mark.parametrize(("uid", "gid"), [(0, 0), (1000, 1000)], ids=["root-owner", "uid-1000"])
+def test_sandbox_gives_nothing_but_the_container_root(rootfs: Path, probe: str, uid: int,
+                                                      gid: int) -> None:
+    """F19 and CVE-2024-0136/0137: fds 0-2 only, no capabilities, empty env, own net ns."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        with container(rootfs, procfs=True) as ctr:
+            res = ldconfig(ctr, path=probe, dirs=("/report", f"/connect={port}"), uid=uid,
+                           gid=gid)
+    assert res.ok, res
+    got = probe_report(res)
+    assert got["argv"] == f"{probe} -f /etc/ld.so.conf -C /etc/ld.so.cache /report /connect={port}"
+    assert got["pid"] == "1"  # pid 1 of a new pid namespace
+    assert (got["uid"], got["gid"], got["groups"]) == (f"{uid},{uid},{uid}", f"{gid},{gid},{gid}",
+                                                       str(gid))
+    assert (got["cap_eff"], got["cap_prm"], got["cap_inh"]) == ("0" * 16,) * 3
+    assert (got["cap_bnd_count"], got["cap_amb_count"], got["no_new_privs"]) == ("0", "0", "1")
+    assert int(got["securebits"]) & 0x3 == 0x3  # SECBIT_NOROOT, locked: exec as root gains nothing
+    assert got["fds"] == "0,1,2"
+    assert (got["envc"], got["cwd"], got["marker"]) == ("0", "/", "container-root")
+    # /proc, /sys and /dev are empty read-only tmpfs mounts (the container's procfs is hidden)
+    assert (got["proc_entries"], got["sys_entries"], got["dev_entries"]) == ("0", "0", "0")
+    assert (got["rlimit_cpu"], got["rlimit_as"], got["rlimit_nofile"]) == ("10", str(2 << 30),
+                                                                         "64")
+    assert (got["rlimit_fsize"], got["rlimit_core"], got["sigpipe_default"]) == (
+        str(128 << 20), "0", "1")
+    assert got["netifs"] == "lo"
+    assert got["connect"] == "Network is unreachable"
+
+
+def _inspect_helper(token: str, w: int, deadline: float) -> None:  # pragma: no cover - child
+    """Find the process whose cmdline has `token`; report its namespaces and exe (T-0135)."""
+    out: dict[str, object] = {"found": False}
+    while time.monotonic() < deadline and not out["found"]:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if token.encode() not in f.read():
+                        continue
+                out = {"found": True, "exe": os.readlink(f"/proc/{pid}/exe"),
+                       "ns": {n: os.readlink(f"/proc/{pid}/ns/{n}")
+                              for n in ("mnt", "pid", "net", "ipc", "uts")}}
+                for mode, name in ((os.O_WRONLY, "open_wronly"), (os.O_RDWR, "open_rdwr")):
+                    try:
+                        os.close(os.open(f"/proc/{pid}/exe", mode))
+                        out[name] = "opened"
+                    except OSError as err:
+                        out[name] = err.errno
+                break
+            except OSError:
+                continue
+        time.sleep(0.01)
+    os.write(w, json.dumps(out).encode())
+
+
+def test_helper_runs_from_a_sealed_copy_in_new_namespaces(rootfs: Path, probe: str,
+                                                          host: Host) -> None:
+    """CVE-2024-0135: /proc/<pid>/exe of the helper is the memfd, not writable; all five
+    namespaces differ from the hook's and the container's; the timeout kills the helper."""
+    token = f"/token-{os.getpid()}-{time.monotonic_ns()}"
+    shutil.copy2(probe, host.dir / "probe")
+    host.before = _host_state(host.dir)
+    r, w = os.pipe()
+    with container(rootfs) as ctr:
+        helper = os.fork()
+        if helper == 0:  # pragma: no cover - child
+            os.close(r)
+            _inspect_helper(token, w, time.monotonic() + 5)
+            os._exit(0)
+        os.close(w)
+        res = ldconfig(ctr, path=str(host.dir / "probe"), dirs=("/sleep", token), timeout=1.5)
+        ctr_ns = {n: os.readlink(f"/proc/{ctr.pid}/ns/{n}") for n in ("mnt", "pid", "net")}
+    os.waitpid(helper, 0)
+    with os.fdopen(r, "rb") as f:
+        seen = json.loads(f.read())
+    assert seen["found"], "the probe never showed up in /proc"
+    assert seen["exe"].startswith("/memfd:nvhook-ldconfig")
+    assert seen["open_wronly"] != "opened" and seen["open_rdwr"] != "opened"
+    for ns, link in seen["ns"].items():
+        assert link != os.readlink(f"/proc/self/ns/{ns}"), ns
+    for ns in ("mnt", "pid", "net"):
+        assert seen["ns"][ns] != ctr_ns[ns], ns
+    assert (res.ran, res.ok, res.reason) == (True, False, "timeout")
+    assert "timed out after 1.5 s" in res.warning
+    assert 1.5 <= res.duration < 3.0
+    assert subprocess.run(["pgrep", "-f", token], capture_output=True).returncode == 1
+    host.assert_unchanged()
+
+
+def test_cpu_limit_kills_a_spinning_helper(rootfs: Path, probe: str) -> None:
+    with container(rootfs) as ctr:
+        res = ldconfig(ctr, path=probe, dirs=("/spin",), limits=SandboxLimits(cpu_seconds=1))
+    assert (res.ran, res.ok, res.signal) == (True, False, 9)
+    assert "terminated with signal 9 (killed: cpu time limit reached?)" in res.warning
+
+
+@pytest.mark.parametrize(("size", "limit", "left"), [
+    (3 << 20, 1 << 20, (3 << 20) - (1 << 20)),
+    (16 << 20, None, 0),
+], ids=["over-limit-efbig", "16mib-under-default"])
+def test_file_size_limit(rootfs: Path, probe: str, size: int, limit: int | None,
+                         left: int) -> None:
+    """As pid 1 of its namespace the helper ignores SIGXFSZ: over the limit a write fails
+    with EFBIG (ldconfig reports it and exits 1) instead of dying with signal 25."""
+    limits = SandboxLimits(file_size=limit) if limit else None
+    with container(rootfs) as ctr:
+        res = ldconfig(ctr, path=probe, dirs=(f"/write={size}",), limits=limits)
+    assert res.ok, res
+    assert probe_report(res)["write_left"].split()[0] == str(left)
+
+
+@pytest.mark.parametrize(("code", "ok"), [(0, True), (3, False)], ids=["exit-0", "exit-3"])
+def test_exit_codes(rootfs: Path, probe: str, code: int, ok: bool) -> None:
+    with container(rootfs) as ctr:
+        res = ldconfig(ctr, path=probe, dirs=(f"/exit={code}",))
+    assert (res.ran, res.ok, res.exit_code) == (True, ok, code)
+    assert (res.warning == "") is ok
+    if not ok:
+        assert f"failed with exit code {code}: argv=" in res.warning
+
+
+# ---- hostile layouts (security.md F8, F9, F10) --------------------------------------------------
+
+def _link(rootfs: Path, rel: str, target: str) -> None:
+    p = rootfs / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    elif p.exists() or p.is_symlink():
+        p.unlink()
+    p.symlink_to(target)
+
+
+def _layout(rootfs: Path, name: str, canary: Path) -> None:
+    """Build hostile layout `name`. Magic links go through our own pid: in the container's
+    procfs (here the host's, as runc's is before pivot_root) /proc/<pid>/root is the host
+    root, like the container init's /proc/1/root at prestart time."""
+    up = "../" * 8
+    me = os.getpid()
+    match name:
+        case "cache-to-proc-root":  # F8 a
+            _link(rootfs, "etc/ld.so.cache", f"/proc/{me}/root{canary}/cache-target")
+        case "cache-abs-dotdot":  # F8 b
+            _link(rootfs, "etc/ld.so.cache", f"/../../../..{canary}/HOSTMARK")
+        case "cache-tmp-to-host":  # ldconfig's temp file name, pre-planted
+            _link(rootfs, "etc/ld.so.cache~", f"/hostproc/{me}/root{canary}/cache-target")
+        case "confd-to-proc-root":  # F8 c
+            _link(rootfs, "etc/ld.so.conf.d", f"/proc/{me}/root{canary}/conf.d")
+        case "confd-to-extra-procfs":  # a procfs the sandbox does not mask: ptrace-denied
+            _link(rootfs, "etc/ld.so.conf.d", f"/hostproc/{me}/root{canary}/conf.d")
+        case "confd-rel-dotdot":  # F8 d
+            _link(rootfs, "etc/ld.so.conf.d", f"{up[:-1]}{canary}/conf.d")
+        case "aux-cache-to-proc-cwd":  # F8 e
+            _link(rootfs, "var/cache/ldconfig", f"/hostproc/{me}/cwd")
+        case "confd-regular-file":  # F8 g
+            shutil.rmtree(rootfs / "etc/ld.so.conf.d")
+            (rootfs / "etc/ld.so.conf.d").write_text(f"{canary}/lib\n")
+        case "include-via-magic-links":  # F9
+            (rootfs / "etc/ld.so.conf").write_text(
+                f"include /proc/{me}/root{canary}/conf.d/*.conf\n"
+                f"include /hostproc/{me}/root{canary}/conf.d/*.conf\n"
+                f"/hostproc/{me}/root{canary}/lib\n"
+                "include /etc/ld.so.conf.d/*.conf\n")
+        case _:
+            raise AssertionError(name)
+
+
+HOSTILE = ["cache-to-proc-root", "cache-abs-dotdot", "cache-tmp-to-host", "confd-to-proc-root",
+           "confd-to-extra-procfs", "confd-rel-dotdot", "aux-cache-to-proc-cwd",
+           "confd-regular-file", "include-via-magic-links"]
+
+
+@pytest.mark.parametrize("procfs", [True, False], ids=["ctr-procfs", "no-procfs"])
+@pytest.mark.parametrize("layout", HOSTILE)
+def test_hostile_layouts_stay_inside_the_container(rootfs: Path, host: Host, layout: str,
+                                                   procfs: bool) -> None:
+    """CVE-2025-23267 (F8 a-e, g) and F9: every symlink or include resolves inside the
+    pivoted container root, where no procfs leads out; nothing on the host changes."""
+    _layout(rootfs, layout, host.dir)
+    mounts = host_mountinfo()
+    with container(rootfs, procfs=procfs) as ctr:
+        res = ldconfig(ctr)
+    host.assert_unchanged()
+    assert host_mountinfo() == mounts
+    assert not (host.dir / "HOSTMARK").exists()
+    assert res.ran and res.duration < 5
+    assert not (host.dir / "lib/libhostonly.so.7").exists()  # no SONAME link made on the host
+    if layout != "cache-tmp-to-host":  # ldconfig refuses to follow its temp file: exit 1
+        assert res.ok, res
+        cache = rootfs / "etc/ld.so.cache"
+        assert stat.S_ISREG(cache.lstat().st_mode)  # a symlinked cache is replaced, not followed
+        keys = cache_keys(rootfs)
+        assert "libfoo.so.1" in keys and "libhostonly.so.7" not in keys
+
+
+@pytest.mark.parametrize("where", ["etc/ld.so.conf", "etc/ld.so.conf.d/zz.conf"],
+                         ids=["conf", "conf.d-entry"])
+def test_fifo_config_is_refused_without_blocking(rootfs: Path, host: Host, where: str) -> None:
+    """F8 f: ldconfig would block opening a FIFO; the sandbox refuses before exec."""
+    target = rootfs / where
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    with container(rootfs) as ctr:
+        res = ldconfig(ctr, timeout=5)
+    assert (res.ran, res.ok) == (False, False)
+    assert f"/{where} is a fifo" in res.warning
+    assert res.duration < 1
+    host.assert_unchanged()
+
+
+def test_image_supplied_ldconfig_never_runs(rootfs: Path, host: Host) -> None:
+    """F10 (CVE-2024-0136/0137): the image's ldconfig binaries are never executed."""
+    script = (f"#!/bin/busybox sh\n/bin/busybox touch /OWNED /proc/{os.getpid()}/root{host.dir}"
+              "/OWNED\n"
+              "exit 0\n")
+    for rel in ("sbin/ldconfig", "sbin/ldconfig.real", "usr/sbin/ldconfig"):
+        p = rootfs / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(script)
+        p.chmod(0o755)
+    with pytest.raises(LdcacheError, match="not host-relative"):
+        resolve_ldconfig("/sbin/ldconfig")
+    with container(rootfs) as ctr:
+        res = ldconfig(ctr, path=resolve_ldconfig("@/sbin/ldconfig"))
+    assert res.ok, res
+    assert not (rootfs / "OWNED").exists()
+    assert not (host.dir / "OWNED").exists()
+    host.assert_unchanged()
