@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -442,3 +443,54 @@ def test_failed_walk_removes_what_it_created(rootfs: Path, libc: Libc) -> None:
 def test_split_path() -> None:
     assert split_path("//usr/./lib/") == ["usr", "lib"]
     assert split_path("/") == []
+
+
+# -- races (T-24260 / F12): a sibling keeps swapping a directory with an escaping symlink ------
+def _swapper(base: str) -> None:  # pragma: no cover - runs in a forked child
+    libc = Libc()
+    from nvmount import _libc
+
+    dfd = os.open(base, os.O_PATH | os.O_DIRECTORY)
+    while True:
+        with contextlib.suppress(OSError):
+            libc.renameat2(dfd, "x86_64-linux-gnu", dfd, "evil", _libc.RENAME_EXCHANGE)
+
+
+@pytest.mark.parametrize(
+    "link",
+    ["{marker}", "../../../../../../../..{marker}", "/proc/self/root{marker}"],
+    ids=["absolute", "dotdot", "proc-self-root"],
+)
+def test_racing_rename_exchange_never_escapes(rootfs: Path, libc: Libc, marker: str,
+                                              link: str) -> None:
+    iterations = 2000 if os.environ.get("NVHOOK_LONG") == "1" else 150
+    base = rootfs / "usr/lib"
+    (base / "x86_64-linux-gnu").mkdir()
+    (base / "evil").symlink_to(link.format(marker=marker))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover
+        try:
+            _swapper(str(base))
+        finally:
+            os._exit(0)
+    landed: set[str] = set()
+    errors: set[str] = set()
+    try:
+        with Root.open(str(rootfs), libc) as root:
+            for _ in range(iterations):
+                try:
+                    fd, created = root.ensure_file(LIB)
+                except PathError as err:
+                    errors.add(str(err).split(": ", 1)[-1])
+                    continue
+                landed.add(root.real_path(fd))
+                os.close(fd)
+                for entry in reversed(created):
+                    root.remove_created(entry)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    allowed = {LIB, "/usr/lib/evil/libcuda.so.1",  # the real dir, under either name
+               f"{marker}/libcuda.so.1", f"/proc/self/root{marker}/libcuda.so.1"}  # in-root
+    assert landed <= allowed, landed
+    assert landed, errors  # the race does not make the engine unusable
