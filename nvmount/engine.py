@@ -174,8 +174,9 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
         compat_mode=options.compat_mode, imex_channels=request.imex_channels,
         no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
     plan = plan_mounts(inventory, selection, request.capabilities, layout, plan_options)
-    for warning in plan.warnings:
-        log.warning("%s", warning)
+    for warning in plan.warnings:  # discovery's own ("missing library ...") are routine
+        log.log(logging.DEBUG if warning in inventory.warnings else logging.WARNING, "%s",
+                warning)
     return plan
 
 
@@ -260,7 +261,8 @@ def configure_container(
         inventory = discover(options, faults)
         selection = select_and_check(inventory, request)
     with ExitStack() as stack:
-        with timer.phase("container"), P.stage(P.Stage.CONTAINER):
+        # MOUNT, not CONTAINER: the layout is read through a private procfs clone (SYS_ADMIN)
+        with timer.phase("container"), P.stage(P.Stage.MOUNT):
             handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
         with timer.phase("plan"):
             plan = make_plan(inventory, selection, request, handle, options)
