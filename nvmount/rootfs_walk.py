@@ -28,7 +28,7 @@ from nvmount.errors import PathError
 if TYPE_CHECKING:
     from nvmount.rootfs import Root
 
-log = logging.getLogger("nvmount.rootfs")
+log = logging.getLogger(__name__)
 
 MAX_SYMLINKS = 40  # the kernel's limit, also for our hand-made walk
 PATH_MAX = 4096
