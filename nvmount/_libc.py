@@ -408,6 +408,9 @@ def bpf_prog_info(libc: Libc, prog_fd: int) -> BpfProgInfo:
     attr = _BpfInfoAttr(bpf_fd=prog_fd, info_len=ctypes.sizeof(info2),
                         info=ctypes.addressof(info2))
     _bpf_cmd(libc, BPF_OBJ_GET_INFO_BY_FD, "BPF_OBJ_GET_INFO_BY_FD", attr)
+    if size and not info2.xlated_prog_insns:  # blinded program, raw dumps not allowed
+        raise OSError(_errno.EACCES, "bpf BPF_OBJ_GET_INFO_BY_FD: the kernel withheld the "
+                      "instructions (constant blinding, net.core.bpf_jit_harden)")
     got = min(size, int(info2.xlated_prog_len))
     name = bytes(info.name).split(b"\0", 1)[0].decode("ascii", "replace")
     return BpfProgInfo(int(info.type), int(info.id), name, buf.raw[:got])

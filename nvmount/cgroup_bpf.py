@@ -75,6 +75,7 @@ _LD_IMM64 = 0x18
 _MODE_MASK, _MODE_MEM = 0xE0, 0x60
 
 BLOCK_LEN = 8
+_MAX_REG = 10  # r10 = frame pointer; r11 is the kernel-internal AX
 _INSN = struct.Struct("=BBhi")
 
 
@@ -162,6 +163,9 @@ def unreloadable_reason(insns: Sequence[Insn]) -> str | None:
             second_half = False
             continue
         cls = insn.code & _CLASS_MASK
+        if insn.dst > _MAX_REG or insn.src > _MAX_REG:
+            return (f"instruction {n} uses the JIT's hidden register (constant blinding: "
+                    "net.core.bpf_jit_harden)")
         if cls in (_JMP, _JMP32) and insn.code & 0xF0 == 0x80:
             return f"instruction {n} calls a function (helpers are rewritten in xlated code)"
         if insn.code == _LD_IMM64:

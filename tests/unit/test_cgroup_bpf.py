@@ -41,6 +41,8 @@ from tests.fixtures.cgroup import (
     cgroup2_mount,
     in_private_mntns,
     make_nodes,
+    require_v1_devices,
+    v1_cgroup,
     v2_cgroup,
 )
 
@@ -143,9 +145,11 @@ def test_decode_rejects_partial_instruction() -> None:
     ((Insn(0x18, dst=1, src=1, imm=7), Insn(0), *DENY_ALL), "map"),
     ((Insn(0x30, imm=0), *DENY_ALL), "legacy packet load"),
     ((Insn(0xC2), *DENY_ALL), "kernel-internal store"),
+    ((Insn(0xB4, dst=11, imm=1), Insn(0xBC, dst=0, src=11), Insn(0x95)), "hidden register"),
     ((Insn(0x18, dst=1, imm=7), Insn(0), *DENY_ALL), None),
     (OLD_ALLOWS_NULL, None),
-], ids=["empty", "helper-call", "map-load", "ld-abs", "nospec", "plain-imm64", "plain"])
+], ids=["empty", "helper-call", "map-load", "ld-abs", "nospec", "blinded", "plain-imm64",
+        "plain"])
 def test_unreloadable_reason(insns: tuple[Insn, ...], reason: str | None) -> None:
     got = unreloadable_reason(insns)
     assert (got is None) if reason is None else (reason in (got or ""))
@@ -301,6 +305,24 @@ def _helper_program(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
 @pytest.mark.root
 def test_v2_refuses_program_it_cannot_reload() -> None:
     scenario(_helper_program)
+
+
+def _stage_caps_only(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    from nvmount import privileges as P
+
+    attach(libc, cg, allowlist_program(RUNC_LIKE))
+    with P.stage(P.Stage.CGROUP):
+        assert P.effective() == frozenset(P.STAGE_CAPS[P.Stage.CGROUP])
+        allow_devices(CgroupTarget(2, cg), [DeviceRule(195, 0)], libc).undo()
+        with v1_cgroup() as v1:
+            allow_devices(CgroupTarget(1, v1), [DeviceRule(195, 0)], libc).undo()
+
+
+@pytest.mark.root
+def test_cgroup_stage_capabilities_suffice() -> None:
+    """v1 and v2 work with only the CGROUP stage's effective set (nvmount.privileges)."""
+    require_v1_devices()
+    scenario(_stage_caps_only)
 
 
 def _zero_memlock(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
