@@ -105,7 +105,11 @@ def _write_rules(dir_fd: int, control: str, rules: Sequence[DeviceRule], libc: L
         if libc.fstatfs_type(fd) != L.CGROUP_SUPER_MAGIC:
             raise OSError(errno.EACCES, f"{control} is not on a cgroup v1 filesystem")
         for rule in rules:
-            os.write(fd, format_rule(rule).encode())
+            try:
+                os.write(fd, format_rule(rule).encode())
+            except OSError as err:
+                raise OSError(err.errno, f"write '{format_rule(rule)}' to {control}: "
+                              f"{err.strerror}") from err
             written.append(rule)
     finally:
         os.close(fd)

@@ -243,7 +243,9 @@ def test_v1_already_allowed_writes_nothing(nodes: dict[str, str], deny_all: bool
 def test_v1_parent_denies_rolls_back(nodes: dict[str, str]) -> None:
     with v1_cgroup(allow=("c 1:3 rwm", "c 195:0 rw")) as parent, \
             v1_cgroup(parent=parent) as cg:
-        with pytest.raises(CgroupError, match=r"allow devices in .*parent cgroup must allow"):
+        want = (r"allow devices in .*: write 'c 195:1 rw' to devices.allow: "
+                r"Operation not permitted \(the parent cgroup must allow")
+        with pytest.raises(CgroupError, match=want):
             allow_devices(CgroupTarget(1, cg), [DeviceRule(195, 0), DeviceRule(195, 1)], Libc())
         assert devices_list(cg) == []  # 195:0 was written, then denied again
 
