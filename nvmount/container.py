@@ -193,6 +193,8 @@ def _check_alive(pidfd: int, pid: int, libc: Libc) -> None:
         if poll.poll(0):
             raise OSError(errno.ESRCH, os.strerror(errno.ESRCH))
         libc.pidfd_send_signal(pidfd, 0)
+    except PermissionError:  # alive, owned by another (mapped) uid and no CAP_KILL: fine
+        return
     except OSError as err:
         raise ContainerError(
             f"check container pid {pid}: {_strerror(err)} (the process exited; its pid may "
@@ -245,9 +247,12 @@ def _find_cgroup(pid: int, proc_root: str) -> CgroupTarget | None:
 
 def _layout_via_proc(proc_fd: int, rootfs: str, libc: Libc) -> ContainerLayout:
     """Detect the layout through /proc/<pid>/root<rootfs>: the container namespace's view."""
+    from nvmount.procfs import ProcFs
     from nvmount.rootfs import Root
 
-    with Root.open("root" + rootfs, libc, dir_fd=proc_fd) as root:
+    with ProcFs.open(libc, private=False) as procfs, Root.open(
+        "root" + rootfs, libc, dir_fd=proc_fd, procfs=procfs
+    ) as root:
         return detect_layout(root)
 
 

@@ -31,18 +31,26 @@ class ProcFs:
         self.fd = fd
 
     @classmethod
-    def open(cls, libc: Libc, path: str = "/proc") -> ProcFs:
-        """Clone `path` (the host procfs) privately and verify it; ContainerError if not procfs."""
+    def open(cls, libc: Libc, path: str = "/proc", *, private: bool = True) -> ProcFs:
+        """A verified handle on the procfs at `path`; ContainerError if it is not one.
+
+        `private` (needs CAP_SYS_ADMIN): a non-recursive open_tree clone, immune to anything
+        mounted over /proc subpaths. Without it (read-only stages that lack SYS_ADMIN): a
+        plain O_PATH open of `path`, still checked to be a procfs root.
+        """
         from nvmount import _libc
 
         try:
-            fd = libc.open_tree(
-                _libc.AT_FDCWD, path, _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC
-            )
+            if private:
+                fd = libc.open_tree(
+                    _libc.AT_FDCWD, path, _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC
+                )
+            else:
+                fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
             raise ContainerError(
-                f"open procfs {path}: {os.strerror(err.errno or 0)} (the engine needs root and "
-                "the new mount API)"
+                f"open procfs {path}: {os.strerror(err.errno or 0).lower()} (the engine "
+                "needs root and the new mount API)"
             ) from err
         try:
             magic = libc.fstatfs_type(fd)

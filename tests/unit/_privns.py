@@ -76,9 +76,11 @@ def in_private_ns(fn: Callable[..., T], *args: Any, timeout: int = 30, **kwargs:
 
 
 @contextmanager
-def sleeper(*unshare_args: str) -> Iterator[int]:
-    """Pid of a `sleep 60`, run through `unshare <args>` when args are given; killed after."""
+def sleeper(*unshare_args: str, prefix: tuple[str, ...] = ()) -> Iterator[int]:
+    """Pid of a `sleep 60`, run through `unshare <args>` when args are given (and through
+    the `prefix` command, e.g. setpriv); killed after."""
     argv = ["unshare", *unshare_args, "sleep", "60"] if unshare_args else ["sleep", "60"]
+    argv = [*prefix, *argv]
     proc = subprocess.Popen(argv)
     try:
         deadline = time.monotonic() + 5

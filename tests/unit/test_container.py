@@ -271,3 +271,26 @@ def test_rootfs_missing_or_symlink_in_the_container(rootfs: Path, libc: Libc) ->
             open_container(pid, str(link), no_cgroups=True, libc=libc)
         with pytest.raises(PathError, match="no such file"):
             open_container(pid, str(rootfs) + "-missing", no_cgroups=True, libc=libc)
+
+
+def _open_with_container_caps(pid: int, rootfs: str) -> tuple[int, bool, str]:
+    from nvmount import privileges as P
+
+    libc = Libc()
+    with P.stage(P.Stage.CONTAINER), open_container(pid, rootfs, no_cgroups=True,
+                                                     libc=libc) as c:
+        c.check_alive()
+        return c.uid, c.in_userns, c.layout.libs_dir
+
+
+@root_only
+def test_open_container_needs_only_its_stage_capabilities(rootfs: Path) -> None:
+    """Stage.CONTAINER has no SYS_ADMIN/KILL: a plain procfs handle, EPERM on signal 0 = alive."""
+    from tests.unit._privns import in_private_ns
+
+    setpriv = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+    with sleeper("-U", "-m", prefix=setpriv) as pid:
+        uid, in_userns, libs = in_private_ns(_open_with_container_caps, pid, str(rootfs))
+    assert (uid, in_userns) == (65534, True)
+    if os.uname().machine == "x86_64":
+        assert libs == "/usr/lib/x86_64-linux-gnu"
