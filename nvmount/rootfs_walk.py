@@ -178,8 +178,8 @@ class Walker:
         self.created.append(
             Created(posixpath.join(real, name), real, name, kind, st.st_dev, st.st_ino)
         )
+        os.fchmod(fd, mode)  # first: once the owner is not us, chmod would need CAP_FOWNER
         os.fchown(fd, self.uid, self.gid)
-        os.fchmod(fd, mode)
 
     def leaf_file(self, pfd: int, name: str, mode: int, reuse: int) -> int:
         """An fd on file `name` in dir `pfd`: reused, created, or replacing a special entry."""

@@ -151,8 +151,19 @@ CASES = [
 ]
 
 
-def _attach_into(pid: int, host: str, rootfs: str) -> dict[str, object]:
-    """Clone every source here, enter `pid`'s namespace, attach, report, roll back."""
+def _attach_into(pid: int, host: str, rootfs: str, staged: bool) -> dict[str, object]:
+    """Clone every source here, enter `pid`'s namespace, attach, report, roll back.
+
+    With `staged`, everything runs with only Stage.MOUNT's capabilities effective."""
+    from contextlib import nullcontext
+
+    from nvmount import privileges as P
+
+    with P.stage(P.Stage.MOUNT) if staged else nullcontext():
+        return _attach_into_staged(pid, host, rootfs)
+
+
+def _attach_into_staged(pid: int, host: str, rootfs: str) -> dict[str, object]:
     libc = Libc()
     trees = [clone_source(f"{host}/{src}", kind, (1, 3) if kind is SourceKind.DEVICE else None,
                           libc) for src, _, kind, _ in CASES]
@@ -162,7 +173,7 @@ def _attach_into(pid: int, host: str, rootfs: str) -> dict[str, object]:
     with ProcFs.open(libc) as procfs, entered(ns, libc), Root.open(rootfs, libc) as root:
         made = []
         for tree, (_, target, kind, flags) in zip(trees, CASES, strict=True):
-            fd, created = root.ensure_mountpoint(target, kind)
+            fd, created = root.ensure_mountpoint(target, kind, 1000, 1000)
             made += created
             apply_flags(tree, flags, libc, what=target)
             attach(tree, fd, libc, what=target, procfs=procfs)
@@ -187,11 +198,13 @@ def _attach_into(pid: int, host: str, rootfs: str) -> dict[str, object]:
     return out
 
 
-def test_clone_on_host_then_attach_in_container_namespace(host: Path, rootfs: Path) -> None:
+@pytest.mark.parametrize("staged", [False, True], ids=["all-caps", "stage-mount-caps"])
+def test_clone_on_host_then_attach_in_container_namespace(host: Path, rootfs: Path,
+                                                          staged: bool) -> None:
     own_before = mountinfo()
     tree_before = listing(rootfs)
     with sleeper("-m", "--propagation", "private") as pid:
-        out = in_private_ns(_attach_into, pid, str(host), str(rootfs))
+        out = in_private_ns(_attach_into, pid, str(host), str(rootfs), staged)
     mounted = out["mounted"]
     assert isinstance(mounted, list)
     want = {
