@@ -241,6 +241,10 @@ def _type_name(value: Any) -> str:
     return "table" if isinstance(value, dict) else type(value).__name__
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
 def _lookup(document: dict[str, Any], dotted: str, where: str) -> Any:
     """The value at a dotted key path, None when absent; a non-table on the way is an error."""
     node: Any = document
@@ -249,7 +253,7 @@ def _lookup(document: dict[str, Any], dotted: str, where: str) -> Any:
         if not isinstance(node, dict):
             parent = ".".join(parts[:depth])
             raise ConfigError(
-                f"invalid config {where}: {parent} = {node!r} is a {_type_name(node)}, "
+                f"invalid config {where}: {parent} = {node!r} is {_a(_type_name(node))}, "
                 "expected a table"
             )
         if part not in node:
@@ -266,8 +270,8 @@ def _checked(value: Any, key: str, kind: str, where: str) -> Any:
     }[kind]
     if not ok:
         raise ConfigError(
-            f"invalid config {where}: {key} = {value!r} is a {_type_name(value)}, "
-            f"expected a {kind}"
+            f"invalid config {where}: {key} = {value!r} is {_a(_type_name(value))}, "
+            f"expected {_a(kind)}"
         )
     return tuple(value) if kind == _LIST else value
 
