@@ -494,3 +494,27 @@ def test_racing_rename_exchange_never_escapes(rootfs: Path, libc: Libc, marker: 
                f"{marker}/libcuda.so.1", f"/proc/self/root{marker}/libcuda.so.1"}  # in-root
     assert landed <= allowed, landed
     assert landed, errors  # the race does not make the engine unusable
+
+
+# -- F20: read-only rootfs --------------------------------------------------------------------
+def _readonly(rootfs: str) -> tuple[str, bool]:
+    from nvmount import _libc
+
+    libc = Libc()
+    libc.mount(rootfs, rootfs, None, _libc.MS_BIND)
+    libc.mount(None, rootfs, None, _libc.MS_BIND | _libc.MS_REMOUNT | _libc.MS_RDONLY)
+    with Root.open(rootfs, libc) as root:
+        fd, created = root.ensure_file("/etc/debian_version")  # existing: mount over it
+        os.close(fd)
+        try:
+            root.ensure_file(LIB)
+        except PathError as err:
+            return str(err), created == ()
+    return "created", created == ()
+
+
+def test_read_only_rootfs_fails_with_a_clear_error(rootfs: Path) -> None:
+    msg, reused = in_private_ns(_readonly, str(rootfs))
+    assert reused
+    assert f"create mount point {LIB} in rootfs {rootfs}: read-only filesystem" in msg
+    assert not (rootfs / "usr/lib/x86_64-linux-gnu").exists()
