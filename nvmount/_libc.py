@@ -450,3 +450,25 @@ def bpf_prog_attach(
 def bpf_prog_detach(libc: Libc, target_fd: int, prog_fd: int, attach_type: int) -> None:
     attr = _BpfAttachAttr(target_fd=target_fd, attach_bpf_fd=prog_fd, attach_type=attach_type)
     _bpf_cmd(libc, BPF_PROG_DETACH, "BPF_PROG_DETACH", attr)
+
+
+# -- seccomp (the program is built by nvmount.seccomp) ----------------------------------------
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def seccomp_set_filter(libc: Libc, program: bytes) -> None:
+    """Install a classic-BPF seccomp filter (packed 8-byte sock_filter entries) on the calling
+    thread; it is inherited across fork and exec. Needs no_new_privs (or CAP_SYS_ADMIN)."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
+    libc._call(
+        lambda: int(libc._lib.prctl(ctypes.c_int(PR_SET_SECCOMP),
+                                    ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
+                                    ctypes.c_ulong(0), ctypes.c_ulong(0))),
+        "prctl PR_SET_SECCOMP",
+    )

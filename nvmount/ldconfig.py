@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from nvmount._libc import Libc
 from nvmount.errors import LdcacheError
 from nvmount.ldconfig_sandbox import SandboxLimits, SandboxSpec, run_sandbox
+from nvmount.seccomp import denylist_program
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,8 @@ def run_ldconfig(
         fds += [out_r, out_w, status_r, status_w]
         spec = SandboxSpec(mntns_fd=mntns_fd, rootfs=rootfs, exec_fd=exec_fd, argv=argv,
                            uid=uid, gid=gid, stdin_fd=devnull, out_fd=out_w,
-                           status_fd=status_w, limits=limits or SandboxLimits())
+                           status_fd=status_w, limits=limits or SandboxLimits(),
+                           seccomp=denylist_program(os.uname().machine))
         pid = os.fork()
         if pid == 0:
             run_sandbox(spec, libc)  # never returns
@@ -289,6 +291,8 @@ def _interpret(sup: _Supervised, path: str, timeout: float, duration: float) -> 
     for line in sup.status.decode("utf-8", "replace").splitlines():
         kind, _, text = line.partition("\t")
         said.setdefault(kind, text)
+        if kind == "warn":
+            log.debug("ldconfig sandbox: %s", text)
     if sup.timed_out:
         return LdconfigResult(ran=True, ok=False, signal=signal.SIGKILL, duration=duration,
                               output=lines, reason="timeout",

@@ -17,14 +17,17 @@ Two processes (the hook is single-threaded, so fork is safe; no threads, no subp
        /etc/ld.so.conf (or ld.so.conf.d/*.conf) that is a FIFO, socket or device (ldconfig
        would block opening it);
     6. rlimits (CPU, AS, NOFILE, FSIZE, no core), default signal dispositions, fds 0-2 only
-       (stdin: the host /dev/null opened before forking), an empty environment;
+       (stdin: the host /dev/null opened before forking), the seccomp deny-list
+       (`nvmount.seccomp`), an empty environment;
     7. fexecve the sealed memfd copy of the host ldconfig.
 Failures before exec are reported as one "<kind>\\t<text>" line on the status pipe.
 
-Seccomp is not used: no libseccomp binding is installed, and NVIDIA's allow-list is a known
-source of failures with new glibc (painpoints §3). The exec'd ldconfig has no capabilities, no
-way to regain any (no_new_privs, empty bounding set, SECBIT_NOROOT) and an empty network
-namespace, so the kernel surface left is what any unprivileged process has.
+Seccomp is a hand-built deny-list (no libseccomp binding is installed), not NVIDIA's
+allow-list, which broke with new glibc releases (painpoints §3): see `nvmount.seccomp`.
+
+As pid 1 of its pid namespace the exec'd ldconfig does not receive signals it raises itself
+with a default action: over RLIMIT_FSIZE a write fails with EFBIG (ldconfig reports "File too
+large" and exits 1) instead of dying with SIGXFSZ. The CPU limit's SIGKILL still applies.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class SandboxSpec:
     out_fd: int  # write end of the output pipe (stdout and stderr)
     status_fd: int  # write end of the status pipe
     limits: SandboxLimits
+    seccomp: bytes | None = None  # nvmount.seccomp.denylist_program(); None: no filter
 
 
 class _Stop(Exception):
@@ -139,7 +143,7 @@ def _worker(spec: SandboxSpec, libc: Libc) -> NoReturn:
             raise _step_error(f"drop privileges to {spec.uid}:{spec.gid}", err) from err
         _pdeathsig()  # a credential change clears it
         _preflight()
-        _exec(spec)
+        _exec(spec, libc)
     except _Stop as stop:
         _report(spec.status_fd, stop.kind, stop.text)
         code = stop.code
@@ -231,8 +235,8 @@ def _is_musl() -> bool:
         return False
 
 
-def _exec(spec: SandboxSpec) -> NoReturn:
-    """Steps 6-7: limits, fds 0-2 only, empty environment, fexecve the sealed copy."""
+def _exec(spec: SandboxSpec, libc: Libc) -> NoReturn:
+    """Steps 6-7: limits, fds 0-2 only, seccomp, empty environment, fexecve the sealed copy."""
     lim = spec.limits
     for res, value in ((resource.RLIMIT_CPU, lim.cpu_seconds),
                        (resource.RLIMIT_AS, lim.address_space),
@@ -252,6 +256,13 @@ def _exec(spec: SandboxSpec) -> NoReturn:
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
+    if spec.seccomp is None:
+        _report(spec.status_fd, "warn", f"no seccomp filter for {os.uname().machine}")
+    else:
+        try:
+            L.seccomp_set_filter(libc, spec.seccomp)
+        except OSError as err:
+            raise _step_error("install the seccomp filter", err) from err
     try:
         os.execve(spec.exec_fd, list(spec.argv), {})
     except OSError as err:

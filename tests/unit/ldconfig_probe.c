@@ -1,5 +1,5 @@
 /* Stand-in for ldconfig in tests/unit/test_ldconfig.py: reports what the sandbox gave it
-   (argv[5:] are commands: /report /sleep /spin /connect=PORT /write=BYTES /exit=N). */
+   (argv[5:] are commands: /report /seccomp /sleep /spin /connect=PORT /write=BYTES /exit=N). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -9,6 +9,7 @@
 #include <linux/capability.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -85,6 +88,37 @@ static void report(void) {
     printf("\n");
 }
 
+static const char *rc_str(long rc) {
+    static char buf[64];
+    if (rc >= 0) return "ok";
+    snprintf(buf, sizeof buf, "%s", strerrorname_np(errno) ? strerrorname_np(errno) : "?");
+    return buf;
+}
+
+static void seccomp_report(void) {
+    printf("seccomp_mode=%d\n", prctl(PR_GET_SECCOMP, 0, 0, 0, 0));
+    printf("unshare_user=%s\n", rc_str(unshare(CLONE_NEWUSER)));
+    printf("unshare_net=%s\n", rc_str(unshare(CLONE_NEWNET)));
+    long rc = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+    if (rc == 0) _exit(0);
+    printf("clone_newuser=%s\n", rc_str(rc));
+    char args[88] = {0};
+    rc = syscall(SYS_clone3, args, sizeof args);
+    if (rc == 0) _exit(0);
+    printf("clone3=%s\n", rc_str(rc));
+    printf("keyctl=%s\n", rc_str(syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3, 0)));
+    printf("io_uring_setup=%s\n", rc_str(syscall(SYS_io_uring_setup, 1, args)));
+    printf("ptrace=%s\n", rc_str(syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0)));
+    pid_t child = fork();
+    if (child == 0) _exit(7);
+    int st = 0;
+    waitpid(child, &st, 0);
+    printf("fork=%s\n", child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 7 ? "ok" : "failed");
+    struct timespec ts;
+    printf("clock_gettime=%s\n", rc_str(syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts)));
+    printf("socket=%s\n", rc_str(socket(AF_INET, SOCK_STREAM, 0)));
+}
+
 static void try_connect(int port) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -101,6 +135,7 @@ int main(int argc, char **argv) {
     for (int i = 5; i < argc; i++) {
         const char *cmd = argv[i];
         if (!strcmp(cmd, "/report")) report();
+        else if (!strcmp(cmd, "/seccomp")) seccomp_report();
         else if (!strcmp(cmd, "/sleep")) for (;;) pause();
         else if (!strcmp(cmd, "/spin")) for (volatile unsigned long n = 0;; n++) ;
         else if (!strncmp(cmd, "/connect=", 9)) try_connect(atoi(cmd + 9));

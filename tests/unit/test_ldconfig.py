@@ -551,3 +551,18 @@ def test_image_supplied_ldconfig_never_runs(rootfs: Path, host: Host) -> None:
     assert not (rootfs / "OWNED").exists()
     assert not (host.dir / "OWNED").exists()
     host.assert_unchanged()
+
+
+def test_seccomp_denylist_blocks_namespaces_and_kernel_surface(rootfs: Path, probe: str) -> None:
+    """A new user namespace would give capabilities back; the deny-list refuses it (and the
+    other listed syscalls) while ordinary syscalls - fork, clock_gettime, socket - work."""
+    with container(rootfs) as ctr:
+        res = ldconfig(ctr, path=probe, dirs=("/seccomp",))
+    assert res.ok, res
+    got = probe_report(res)
+    assert got["seccomp_mode"] == "2"
+    for call in ("unshare_user", "unshare_net", "clone_newuser", "keyctl", "io_uring_setup",
+                 "ptrace"):
+        assert got[call] == "EPERM", call
+    assert got["clone3"] == "ENOSYS"
+    assert (got["fork"], got["clock_gettime"], got["socket"]) == ("ok", "ok", "ok")
