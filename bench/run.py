@@ -93,7 +93,7 @@ class Bench:
 
     def sim(self, gpus: int) -> tuple[DriverSetup, Path]:
         """A simulated driver with `gpus` GPUs and a config copy that asks for timing records."""
-        sim = create_sim_driver(self.work / f"sim-{gpus}", gpus)
+        sim = create_sim_driver(self.work / f"sim-{gpus}", gpus, self.launcher)
         log = self.work / f"timing-{gpus}.jsonl"
         config = self.work / f"config-{gpus}.toml"
         if sim.config is None:

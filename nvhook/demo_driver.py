@@ -48,13 +48,24 @@ def _run_nvhook(*args: str) -> None:
         )
 
 
-def create_sim_driver(root: Path, gpus: int) -> DriverSetup:
-    """`nvhook sim create root --gpus N`; the returned driver includes the sim's prestart step."""
-    _run_nvhook("sim", "create", str(root), "--gpus", str(gpus))
+def create_sim_driver(root: Path, gpus: int, launcher: Path | None = None) -> DriverSetup:
+    """`nvhook sim create root --gpus N --ipc`, plus the sim's prestart step for containers.
+
+    The step runs `launcher` (an installed hook launcher: the system interpreter, isolated)
+    when given, else this installation's `nvhook`.
+    """
+    _run_nvhook("sim", "create", str(root), "--gpus", str(gpus), "--ipc")
     config = root / "config.toml"
+    return DriverSetup(root, config, (sim_prestart_entry(config, launcher),), simulated=True)
+
+
+def sim_prestart_entry(config: Path, launcher: Path | None = None) -> HookEntry:
+    """The `nvhook sim prestart` hook entry (tmpfs on the container's /proc/driver)."""
+    args = ("--config", str(config), "sim", "prestart")
+    if launcher is not None:
+        return HookEntry(str(launcher), ("nvhook-hook", *args))
     cmd = nvhook_command()
-    step = HookEntry(cmd[0], ("nvhook", *cmd[1:], "--config", str(config), "sim", "prestart"))
-    return DriverSetup(root, config, (step,), simulated=True)
+    return HookEntry(cmd[0], ("nvhook", *cmd[1:], *args))
 
 
 def real_driver() -> DriverSetup:
