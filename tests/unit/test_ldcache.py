@@ -24,6 +24,7 @@ from nvmount.ldcache import (
     read_ldcache,
 )
 from tests.unit._elfgen import make_elf
+from tests.unit._ldcachegen import write_compat, write_new, write_old
 
 X64 = 0x0303  # libc6 | x86-64
 I386 = 0x0003
@@ -34,45 +35,6 @@ ENTRIES = (
     LdcacheEntry("libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so.1", I386),
     LdcacheEntry("libcuda.so", "/usr/lib/x86_64-linux-gnu/libcuda.so", X64),
 )
-
-
-# -- a small writer of both formats -----------------------------------------------------------
-def _strtab(entries: tuple[LdcacheEntry, ...], base: int) -> tuple[bytes, list[tuple[int, int]]]:
-    table = bytearray()
-    offs = []
-    for e in entries:
-        k = base + len(table)
-        table += e.key.encode() + b"\0"
-        v = base + len(table)
-        table += e.value.encode() + b"\0"
-        offs.append((k, v))
-    return bytes(table), offs
-
-
-def write_new(entries: tuple[LdcacheEntry, ...], *, version: bytes = b"1.1",
-              endian: int = 2) -> bytes:
-    head = 48 + 24 * len(entries)
-    table, offs = _strtab(entries, head)
-    out = struct.pack("=17s3sIIB3xI12x", b"glibc-ld.so.cache", version, len(entries),
-                      len(table), endian, 0)
-    for e, (k, v) in zip(entries, offs, strict=True):
-        out += struct.pack("=iIIIQ", e.flags, k, v, 0, e.hwcap)
-    return out + table
-
-
-def write_old(entries: tuple[LdcacheEntry, ...]) -> bytes:
-    table, offs = _strtab(entries, 0)
-    out = struct.pack("=11sxI", b"ld.so-1.7.0", len(entries))
-    for e, (k, v) in zip(entries, offs, strict=True):
-        out += struct.pack("=iII", e.flags, k, v)
-    return out + table
-
-
-def write_compat(entries: tuple[LdcacheEntry, ...]) -> bytes:
-    old = struct.pack("=11sxI", b"ld.so-1.7.0", len(entries))
-    old += b"".join(struct.pack("=iII", e.flags, 0, 0) for e in entries)
-    old += b"\0" * (-len(old) % 8)
-    return old + write_new(entries)
 
 
 @pytest.mark.parametrize("writer", [write_new, write_old, write_compat],

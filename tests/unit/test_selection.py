@@ -114,7 +114,7 @@ def test_parent_of() -> None:
     ("3", "monitor", [3]),
 ], ids=["all-config", "gpus-config", "no-mig-capable", "all-monitor", "one-monitor"])
 def test_mig_access_gpus(devices: str, kind: str, expect: list[int]) -> None:
-    sel = select_devices(GPUS, devices, **{f"mig_{kind}": "all"})  # type: ignore[arg-type]
+    sel = select_devices(GPUS, devices, **{f"mig_{kind}": "all"})
     got = sel.mig_config_gpus if kind == "config" else sel.mig_monitor_gpus
     assert [g.index for g in got] == expect
     assert (sel.mig_config, sel.mig_monitor) == (kind == "config", kind == "monitor")
@@ -129,10 +129,10 @@ def test_mig_access_not_requested() -> None:
 def test_mig_access_only_all(kind: str) -> None:
     with pytest.raises(SelectionError,
                        match=f"mig-{kind} error: 0: only 'all' devices are currently supported"):
-        select_devices(GPUS, "all", **{f"mig_{kind}": "0"})  # type: ignore[arg-type]
+        select_devices(GPUS, "all", **{f"mig_{kind}": "0"})
 
 
 @pytest.mark.parametrize("kind", ["config", "monitor"])
 def test_mig_access_with_specific_migs(kind: str) -> None:
     with pytest.raises(SelectionError, match=f"cannot enable mig-{kind} with specific MIG"):
-        select_devices(GPUS, "1:0", **{f"mig_{kind}": "all"})  # type: ignore[arg-type]
+        select_devices(GPUS, "1:0", **{f"mig_{kind}": "all"})
