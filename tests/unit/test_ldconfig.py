@@ -566,3 +566,33 @@ def test_seccomp_denylist_blocks_namespaces_and_kernel_surface(rootfs: Path, pro
         assert got[call] == "EPERM", call
     assert got["clone3"] == "ENOSYS"
     assert (got["fork"], got["clock_gettime"], got["socket"]) == ("ok", "ok", "ok")
+
+
+def test_container_that_already_pivoted_is_reached_with_rootfs_slash(rootfs: Path) -> None:
+    """After runc's pivot_root (a created/running container) the rootfs is the namespace's
+    root: setns puts the sandbox there and rootfs="/" names it."""
+    (rootfs / ".old").mkdir()
+    script = (f"mount --bind {rootfs} {rootfs} && cd {rootfs} && pivot_root . .old && "
+              "exec /bin/busybox sh -c "
+              "'/bin/busybox umount -l /.old && exec /bin/busybox sleep 60'")
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                if os.readlink(f"/proc/{proc.pid}/exe") == "/bin/busybox":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.01)
+        fd = os.open(f"/proc/{proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            res = run_ldconfig(mntns_fd=fd, rootfs="/", dirs=(LIBDIR,),
+                               ldconfig_path=HOST_LDCONFIG, uid=0, gid=0, libc=Libc())
+        finally:
+            os.close(fd)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert res.ok, res
+    assert "libfoo.so.1" in cache_keys(rootfs)
