@@ -146,8 +146,8 @@ def main_list(argv: list[str], opts: GlobalOptions) -> int:
     selection = select_devices(inventory.gpus, ",".join(args.device),
                                mig_config=",".join(args.mig_config) or None,
                                mig_monitor=",".join(args.mig_monitor) or None)
-    for path in list_paths(inventory, selection, args, channels):
-        sys.stdout.write(path + "\n")
+    paths = list(list_paths(inventory, selection, args, channels))  # all or nothing
+    sys.stdout.write("".join(p + "\n" for p in paths))
     return 0
 
 
