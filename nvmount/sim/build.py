@@ -103,6 +103,11 @@ def _build_libraries(root: Path, tc: Toolchain, work: Path, m32: bool) -> tuple[
     suffix = "32" if m32 else "64"
     stub = compile_object(tc, "stub.c", work / f"stub{suffix}.o", m32)
     tls = compile_object(tc, "stub.c", work / f"tls{suffix}.o", m32, "-DNVSIM_ABI_NOTE")
+    # A link-time stand-in for libc: every stub DT_NEEDs libc.so.6 as the real ones do (so
+    # ldconfig marks 32-bit entries "libc6", not plain "ELF") without the cost of linking
+    # against the real libc 60 times.
+    libc = work / f"libc{suffix}.so.6"
+    link_stub(tc, stub, libc, "libc.so.6", m32)
     by_name = {lib.name: lib for lib in catalog.LIBRARIES}
     files = []
     for lib in catalog.LIBRARIES:
@@ -115,10 +120,11 @@ def _build_libraries(root: Path, tc: Toolchain, work: Path, m32: bool) -> tuple[
         elif lib.source == "cuda":
             build_library(tc, "fake_cuda.c", out, soname, m32)
         else:
-            needed = tuple(lib_dir / by_name[n].file_name(tc.driver_version) for n in lib.needs)
+            needed = (libc, *(lib_dir / by_name[n].file_name(tc.driver_version)
+                              for n in lib.needs))
             link_stub(tc, tls if lib.source == "tls" else stub, out, soname, m32, needed)
-        if lib.dev_link:
-            (lib_dir / lib.name).symlink_to(soname)
+        if lib.dev_link:  # to the file itself: ldconfig then lists it (libcuda.so => ...)
+            (lib_dir / lib.name).symlink_to(out.name)
         files.append(SimFile(path=str(out), path_rel=f"{lib_dir_rel}/{out.name}",
                              group=lib.group, name=lib.name, soname=soname))
     return tuple(files)

@@ -20,7 +20,7 @@ class LibrarySpec:
     has32: bool  # shipped as a 32-bit library too
     source: str = "stub"  # stub | tls | nvml | cuda
     needs: tuple[str, ...] = ()  # names whose SONAME this library DT_NEEDs
-    dev_link: bool = False  # the installer's unversioned "libX.so -> libX.so.1" link
+    dev_link: bool = False  # the installer's unversioned "libX.so" link (to the real file)
 
     def soname(self, version: str) -> str:
         return f"{self.name}.{version if self.soname_suffix == V else self.soname_suffix}"
