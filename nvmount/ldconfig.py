@@ -31,7 +31,7 @@ import stat
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nvmount._libc import Libc
 from nvmount.errors import LdcacheError
@@ -192,35 +192,52 @@ def run_ldconfig(
     start = time.monotonic()
     try:
         exec_fd = seal_binary(ldconfig_path)
-    except FileNotFoundError:
-        return LdconfigResult(ran=False, ok=False, reason=f"{ldconfig_path} not found",
-                              warning=f"run ldconfig: host {ldconfig_path} not found "
+    except OSError as err:  # LdcacheError (must not be run) propagates
+        why = "not found" if isinstance(err, FileNotFoundError) else err.strerror or str(err)
+        return LdconfigResult(ran=False, ok=False, reason=f"{ldconfig_path} {why}",
+                              warning=f"run ldconfig: host {ldconfig_path}: {why.lower()} "
                               "(install it or set nvidia-container-cli.ldconfig)")
     log.debug("executing %s from host at %s", ldconfig_path, rootfs)
-    fds: list[int] = [exec_fd]
+    spec = SandboxSpec(mntns_fd=mntns_fd, rootfs=rootfs, exec_fd=exec_fd, argv=argv, uid=uid,
+                       gid=gid, stdin_fd=-1, out_fd=-1, status_fd=-1,
+                       limits=limits or SandboxLimits(),
+                       seccomp=denylist_program(os.uname().machine))
+    try:
+        sup = _run_sandbox(spec, start + timeout, libc)
+    except OSError as err:
+        return LdconfigResult(ran=False, ok=False, reason=str(err),
+                              duration=time.monotonic() - start,
+                              warning=f"start the ldconfig sandbox: {err.strerror or err}")
+    finally:
+        os.close(exec_fd)
+    result = _interpret(sup, ldconfig_path, timeout, time.monotonic() - start)
+    log.debug("ldconfig: %s", result)
+    return result
+
+
+def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> _Supervised:
+    """Open stdin and the pipes, fork the sandbox and supervise it; closes what it opened."""
+    fds: list[int] = []
     try:
         devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         fds.append(devnull)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        fds += [out_r, out_w]
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        fds += [out_r, out_w, status_r, status_w]
-        spec = SandboxSpec(mntns_fd=mntns_fd, rootfs=rootfs, exec_fd=exec_fd, argv=argv,
-                           uid=uid, gid=gid, stdin_fd=devnull, out_fd=out_w,
-                           status_fd=status_w, limits=limits or SandboxLimits(),
-                           seccomp=denylist_program(os.uname().machine))
+        fds += [status_r, status_w]
+        for fd in (out_r, status_r):
+            os.set_blocking(fd, False)
+        spec = replace(spec, stdin_fd=devnull, out_fd=out_w, status_fd=status_w)
         pid = os.fork()
         if pid == 0:
             run_sandbox(spec, libc)  # never returns
-        for fd in (out_w, status_w, exec_fd, devnull):
+        for fd in (out_w, status_w, devnull):
             os.close(fd)
             fds.remove(fd)
-        sup = _supervise(pid, out_r, status_r, start + timeout, libc)
+        return _supervise(pid, out_r, status_r, deadline, libc)
     finally:
         for fd in fds:
             os.close(fd)
-    result = _interpret(sup, ldconfig_path, timeout, time.monotonic() - start)
-    log.debug("ldconfig: %s", result)
-    return result
 
 
 @dataclass(slots=True)
@@ -242,13 +259,15 @@ def _supervise(pid: int, out_r: int, status_r: int, deadline: float, libc: Libc)
             poller.register(fd, select.POLLIN)
         while open_fds:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 and pidfd in open_fds:
+            if remaining <= 0 and pidfd in open_fds and not sup.timed_out:
+                _drain(status_r, sup, False)  # the worker's pid, if not read yet
                 _kill(sup, pidfd, libc)
+                sup.timed_out = True
                 deadline = time.monotonic() + 1.0  # grace to collect what is left
                 continue
             if remaining <= 0:
                 break  # pipes held open past the grace time: give up on them
-            for fd, _ in poller.poll(max(remaining, 0.0) * 1000):
+            for fd, _ in poller.poll(remaining * 1000):
                 if fd == pidfd:
                     _, sup.wait_status = os.waitpid(pid, 0)
                 elif _drain(fd, sup, fd == out_r):
@@ -256,32 +275,36 @@ def _supervise(pid: int, out_r: int, status_r: int, deadline: float, libc: Libc)
                 poller.unregister(fd)
                 open_fds.discard(fd)
     finally:
-        if sup.wait_status is None:
-            _, sup.wait_status = os.waitpid(pid, 0)  # killed above: reaps at once
+        if sup.wait_status is None:  # interrupted: never leave it running
+            _kill(sup, pidfd, libc)
+            _, sup.wait_status = os.waitpid(pid, 0)
         os.close(pidfd)
     return sup
 
 
 def _kill(sup: _Supervised, pidfd: int, libc: Libc) -> None:
     """Kill the worker (its pid is reserved while the unreaped keeper lives), then the keeper."""
-    sup.timed_out = True
     for line in sup.status.decode("utf-8", "replace").splitlines():
         kind, _, text = line.partition("\t")
         if kind == "pid" and text.isdigit():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(text), signal.SIGKILL)  # pid 1 of its namespace: all of it dies
-    libc.pidfd_send_signal(pidfd, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        libc.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
 def _drain(fd: int, sup: _Supervised, is_output: bool) -> bool:
-    """Read what `fd` has; False at EOF."""
-    data = os.read(fd, 65536)
+    """Read what the non-blocking `fd` has (bounded); False at EOF."""
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return True
     if not data:
         return False
     if is_output:
         sup.output += data[: max(0, MAX_OUTPUT - len(sup.output))]
     else:
-        sup.status += data[:4096]
+        sup.status += data[: max(0, MAX_OUTPUT - len(sup.status))]
     return True
 
 

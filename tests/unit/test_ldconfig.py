@@ -596,3 +596,25 @@ def test_container_that_already_pivoted_is_reached_with_rootfs_slash(rootfs: Pat
         proc.wait()
     assert res.ok, res
     assert "libfoo.so.1" in cache_keys(rootfs)
+
+
+def test_interrupted_supervision_kills_the_sandbox(rootfs: Path, probe: str) -> None:
+    """An exception in the hook while it waits (here: a signal handler) never leaves the
+    sandbox running."""
+    import signal
+
+    token = f"/interrupt-{os.getpid()}-{time.monotonic_ns()}"
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with container(rootfs) as ctr, pytest.raises(KeyboardInterrupt):
+            ldconfig(ctr, path=probe, dirs=("/sleep", token), timeout=10)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    time.sleep(0.1)
+    assert subprocess.run(["pgrep", "-f", token], capture_output=True).returncode == 1
