@@ -108,6 +108,7 @@ SECBIT_NOROOT = 0x01
 SECBIT_NOROOT_LOCKED = 0x02
 SECBIT_KEEP_CAPS_LOCKED = 0x20
 _EXEC_SECUREBITS = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_KEEP_CAPS_LOCKED
+PR_SET_NO_NEW_PRIVS = 38
 
 
 def caps_for(stages: Iterable[Stage]) -> frozenset[Cap]:
@@ -208,7 +209,8 @@ def drop_for_exec(uid: int, gid: int) -> tuple[str, ...]:
     """
     warnings: list[str] = []
     p = _prctl()
-    if p is None:
+    if p is None:  # nothing to drop, but never let the helper gain privileges by exec
+        importlib.import_module("_prctl").prctl(PR_SET_NO_NEW_PRIVS, 1)
         return ("not root: running the helper with the caller's own credentials",)
     p.set_caps([int(Cap.SETPCAP)], [], [], [], [], [])
     p.prctl(p.PR_SET_SECUREBITS, _EXEC_SECUREBITS)
@@ -221,7 +223,7 @@ def drop_for_exec(uid: int, gid: int) -> tuple[str, ...]:
     os.setresuid(uid, uid, uid)
     every = _all_caps(p)
     p.set_caps([], [], [], every, every, every)
-    p.prctl(p.PR_SET_NO_NEW_PRIVS, 1)
+    p.prctl(PR_SET_NO_NEW_PRIVS, 1)
     _verify_dropped(p, uid, gid)
     return tuple(warnings)
 

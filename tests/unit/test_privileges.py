@@ -150,17 +150,20 @@ def test_stage_caps_allow_what_the_stage_does(root_status: dict[str, int], which
         assert in_private_ns(_try_ns, pid, which, op) == want
 
 
-def _as_nobody() -> tuple[frozenset[int], tuple[str, ...]]:
+def _as_nobody() -> tuple[frozenset[int], tuple[str, ...], int]:
     os.setresgid(65534, 65534, 65534)
     os.setresuid(65534, 65534, 65534)
     privileges.limit_permitted()
     privileges.drop_to(Stage.MOUNT)
     with privileges.stage(Stage.CGROUP):
         pass
-    return privileges.effective(), privileges.drop_for_exec(65534, 65534)
+    warnings = privileges.drop_for_exec(65534, 65534)
+    return privileges.effective(), warnings, status()["NoNewPrivs"]
 
 
 def test_everything_is_a_noop_when_not_root(root_status: dict[str, int]) -> None:
-    eff, warnings = in_private_ns(_as_nobody)
+    """No errors (a dry run by a normal user); a helper still cannot gain privileges."""
+    eff, warnings, no_new_privs = in_private_ns(_as_nobody)
     assert eff == frozenset()
     assert warnings and "not root" in warnings[0]
+    assert no_new_privs == 1
