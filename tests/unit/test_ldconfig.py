@@ -136,11 +136,13 @@ class Ctr:
 
 
 @contextmanager
-def container(rootfs: Path, *, procfs: bool = False) -> Iterator[Ctr]:
+def container(rootfs: Path, *, procfs: bool = False, userns: bool = False) -> Iterator[Ctr]:
     """A sleep in a private mount namespace; with procfs, the host-pid-ns proc is mounted at
     rootfs/proc and rootfs/hostproc inside it (what a runc container looks like at prestart,
-    plus a privileged-style extra procfs)."""
-    with sleeper("-m", "--propagation", "private") as pid:
+    plus a privileged-style extra procfs); with userns, the mount namespace belongs to a new
+    user namespace (rootless-style)."""
+    args = ("-U", "--map-root-user") if userns else ()
+    with sleeper(*args, "-m", "--propagation", "private") as pid:
         if procfs:
             for d in ("proc", "hostproc"):
                 subprocess.run(["nsenter", "-t", str(pid), "-m", "mount", "-t", "proc", "proc",
@@ -237,9 +239,11 @@ def test_rejects_non_absolute_dirs(rootfs: Path, dirs: tuple[str, ...]) -> None:
 
 # ---- the real ldconfig --------------------------------------------------------------------------
 
-def test_updates_the_container_cache_and_soname_links(rootfs: Path, host: Host) -> None:
+@pytest.mark.parametrize("userns", [False, True], ids=["host-userns", "container-userns"])
+def test_updates_the_container_cache_and_soname_links(rootfs: Path, host: Host,
+                                                      userns: bool) -> None:
     mounts, fds = host_mountinfo(), open_fd_count()
-    with container(rootfs) as ctr:
+    with container(rootfs, userns=userns) as ctr:
         res = ldconfig(ctr)
     assert (res.ran, res.ok, res.exit_code, res.warning) == (True, True, 0, "")
     keys = cache_keys(rootfs)
