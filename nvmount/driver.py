@@ -49,6 +49,9 @@ class DiscoveryOptions:
     no_fabricmanager: bool = False
     no_gsp_firmware: bool = False
     mps_pipe_dir: str | None = None  # None: $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps
+    # read <proc_root>/driver/nvidia-caps/mig-minors (only mig-config/mig-monitor `all` uses
+    # it; the kernel lists ~4300 lines, so a container start that does not ask can skip it)
+    mig_minors: bool = True
     machine: str | None = None  # None: this machine (selects the ld.so.cache ABI flags)
 
 
@@ -134,7 +137,8 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
     caps_major = majors.get("nvidia-caps")
     imex_major = majors.get("nvidia-caps-imex-channels")
     gpus = dev.build_gpus(droot, devices, caps_major, warnings)
-    mig_minors = dev.read_mig_minors(proc_root, [g.minor for g in gpus if g.mig_capable])
+    mig_minors = dev.read_mig_minors(
+        proc_root, [g.minor for g in gpus if g.mig_capable and opts.mig_minors])
     for w in warnings:
         log.debug("%s", w)
     return DriverInventory(

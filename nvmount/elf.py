@@ -26,6 +26,7 @@ MAX_DYNAMIC = 64 << 10  # bytes of PT_DYNAMIC we are willing to read
 MAX_NOTES = 64 << 10
 MAX_NAME = 4096
 _MAX_OFFSET = 1 << 62
+_HEAD = 16 << 10  # first read: ELF and program headers, usually .dynamic and .dynstr
 
 
 class ElfFormatError(ValueError):
@@ -184,8 +185,15 @@ def read_elf(path: str, *, dynamic: bool = True, notes: bool = False) -> ElfInfo
     """Parse the ELF file at `path` (a host path). OSError is left to the caller."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        head = os.pread(fd, _HEAD, 0)  # headers, and often .dynamic and .dynstr too
+        whole = len(head) < _HEAD  # a short read: that is the whole file
+
         def read(off: int, size: int) -> bytes:
-            return os.pread(fd, size, off) if 0 <= off < _MAX_OFFSET else b""
+            if not 0 <= off < _MAX_OFFSET:
+                return b""
+            if whole or off + size <= len(head):
+                return head[off:off + size]
+            return os.pread(fd, size, off)
 
         return parse_elf(read, dynamic=dynamic, notes=notes)
     finally:

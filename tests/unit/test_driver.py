@@ -440,3 +440,7 @@ def test_selector_unreadable_candidate_is_an_error(tmp_path: Path) -> None:
     missing = LdcacheEntry(e.key, f"{LIB}/gone.so.{V}", 0x303)
     with pytest.raises(DriverError, match=f"read library .*gone.so.{V}: no such file"):
         _select(tmp_path, [missing], ("libcuda.so",))
+
+
+def test_mig_minors_can_be_skipped(sim_mig_root: SimRoot) -> None:
+    assert discover(sim_mig_root, mig_minors=False).mig_minors == ()
