@@ -1,0 +1,194 @@
+"""The fake NVML and CUDA libraries against third-party callers: pynvml (nvidia-ml-py) and
+plain ctypes. Each probe runs in a subprocess: pynvml keeps its library in a module global,
+and every root's library has the same SONAME."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nvmount.sim import SimRoot, SimSpec
+from tests.fixtures.sim import SimRootFactory
+
+pytestmark = pytest.mark.root
+
+PYNVML_PROBE = textwrap.dedent("""
+    import ctypes, json, sys
+    import pynvml
+    # pynvml dlopen()s "libnvidia-ml.so.1": preloading the simulated one by path makes that
+    # name resolve to it (the loader matches already-loaded objects by SONAME).
+    ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+    pynvml.nvmlInit()
+    out = {"driver": pynvml.nvmlSystemGetDriverVersion(),
+           "cuda": pynvml.nvmlSystemGetCudaDriverVersion(),
+           "nvml": pynvml.nvmlSystemGetNVMLVersion(), "gpus": []}
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        pci = pynvml.nvmlDeviceGetPciInfo(h)
+        gpu = {"name": pynvml.nvmlDeviceGetName(h), "uuid": pynvml.nvmlDeviceGetUUID(h),
+               "bus_id": pci.busId, "bus_id_legacy": pci.busIdLegacy,
+               "domain": pci.domain, "bus": pci.bus, "device": pci.device,
+               "pci_device_id": pci.pciDeviceId,
+               "memory": pynvml.nvmlDeviceGetMemoryInfo(h).total,
+               "memory_v2": pynvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2).total,
+               "minor": pynvml.nvmlDeviceGetMinorNumber(h),
+               "index": pynvml.nvmlDeviceGetIndex(h),
+               "cc": list(pynvml.nvmlDeviceGetCudaComputeCapability(h)),
+               "brand": pynvml.nvmlDeviceGetBrand(h),
+               "arch": pynvml.nvmlDeviceGetArchitecture(h),
+               "by_uuid": pynvml.nvmlDeviceGetIndex(
+                   pynvml.nvmlDeviceGetHandleByUUID(pynvml.nvmlDeviceGetUUID(h))),
+               "by_pci": pynvml.nvmlDeviceGetIndex(
+                   pynvml.nvmlDeviceGetHandleByPciBusId(pci.busIdLegacy)),
+               "temperature": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+               "power": pynvml.nvmlDeviceGetPowerUsage(h),
+               "utilization": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+               "persistence": pynvml.nvmlDeviceGetPersistenceMode(h),
+               "mig": []}
+        try:
+            gpu["mig_mode"] = pynvml.nvmlDeviceGetMigMode(h)
+        except pynvml.NVMLError_NotSupported:
+            gpu["mig_mode"] = None
+        if gpu["mig_mode"] and gpu["mig_mode"][0]:
+            for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+                try:
+                    m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+                except pynvml.NVMLError_NotFound:
+                    break
+                parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m)
+                by_uuid = pynvml.nvmlDeviceGetHandleByUUID(pynvml.nvmlDeviceGetUUID(m))
+                gpu["mig"].append({
+                    "uuid": pynvml.nvmlDeviceGetUUID(m),
+                    "gi": pynvml.nvmlDeviceGetGpuInstanceId(m),
+                    "ci": pynvml.nvmlDeviceGetComputeInstanceId(m),
+                    "name": pynvml.nvmlDeviceGetName(m),
+                    "memory": pynvml.nvmlDeviceGetMemoryInfo(m).total,
+                    "is_mig": int(pynvml.nvmlDeviceIsMigDeviceHandle(m).value),
+                    "parent": pynvml.nvmlDeviceGetIndex(parent),
+                    "uuid_roundtrip": pynvml.nvmlDeviceGetUUID(by_uuid),
+                })
+        out["gpus"].append(gpu)
+    errors = {}
+    for name, call in [("index", lambda: pynvml.nvmlDeviceGetHandleByIndex(64)),
+                       ("uuid", lambda: pynvml.nvmlDeviceGetHandleByUUID("GPU-nope")),
+                       ("name", lambda: pynvml.nvmlDeviceGetName(
+                           pynvml.nvmlDeviceGetHandleByIndex(0)))]:
+        try:
+            call()
+        except pynvml.NVMLError as err:
+            errors[name] = [err.value, str(err)]
+    out["errors"] = errors
+    pynvml.nvmlShutdown()
+    try:
+        pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError as err:
+        out["after_shutdown"] = err.value
+    print(json.dumps(out))
+""")
+
+CUDA_PROBE = textwrap.dedent("""
+    import ctypes, json, sys
+    cuda = ctypes.CDLL(sys.argv[1])
+    version, count, cc_major, cc_minor = (ctypes.c_int() for _ in range(4))
+    name = ctypes.create_string_buffer(96)
+    out = {"version_rc": cuda.cuDriverGetVersion(ctypes.byref(version))}
+    out["count_before_init"] = cuda.cuDeviceGetCount(ctypes.byref(count))
+    out["init"] = cuda.cuInit(0)
+    out["count_rc"] = cuda.cuDeviceGetCount(ctypes.byref(count))
+    cuda.cuDeviceGetName(name, 96, 0)
+    cuda.cuDeviceGetAttribute(ctypes.byref(cc_major), 75, 0)
+    cuda.cuDeviceGetAttribute(ctypes.byref(cc_minor), 76, 0)
+    text = ctypes.c_char_p()
+    cuda.cuGetErrorString(100, ctypes.byref(text))
+    out.update(version=version.value, count=count.value, name=name.value.decode(),
+               cc=[cc_major.value, cc_minor.value], no_device=text.value.decode())
+    print(json.dumps(out))
+""")
+
+
+def probe(script: str, library: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", script, library], capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin", **(env or {})}, check=False)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+@pytest.mark.parametrize("count", [1, 8, 64], ids=lambda n: f"{n}-gpus")
+def test_pynvml_lists_the_gpus(sim_root_factory: SimRootFactory, count: int) -> None:
+    sim = sim_root_factory(SimSpec(gpus=count, ipc=True))
+    out = probe(PYNVML_PROBE, sim.nvml_path)
+    assert (out["driver"], out["cuda"], out["nvml"]) == ("550.54.15", 12040, "12.550.54.15")
+    gpus = out["gpus"]
+    assert isinstance(gpus, list)
+    assert len(gpus) == count
+    for gpu, want in zip(gpus, sim.gpus, strict=True):
+        domain, bus = int(want.bus_id[:8], 16), int(want.bus_id[9:11], 16)
+        assert gpu["name"] == want.model
+        assert gpu["uuid"] == want.uuid
+        assert gpu["bus_id"] == want.nvml_bus_id
+        assert gpu["bus_id_legacy"] == want.nvml_bus_id[4:]
+        assert (gpu["domain"], gpu["bus"], gpu["device"]) == (domain, bus, 0)
+        assert gpu["pci_device_id"] == (want.pci_device_id << 16) | 0x10DE
+        assert gpu["memory"] == gpu["memory_v2"] == want.memory_mib << 20
+        assert (gpu["minor"], gpu["index"]) == (want.minor, want.index)
+        assert gpu["by_uuid"] == gpu["by_pci"] == want.index
+        assert gpu["cc"] == [int(x) for x in want.architecture.split(".")]
+        assert (gpu["brand"], gpu["arch"]) == (want.brand_code, want.arch_code)
+        assert gpu["mig_mode"] == [0, 0]
+        assert gpu["persistence"] == 1 and gpu["utilization"] == 0
+    assert out["errors"] == {"index": [2, "Invalid Argument"], "uuid": [6, "Not Found"]}
+    assert out["after_shutdown"] == 1
+
+
+def test_pynvml_enumerates_mig_devices(sim_mig_root: SimRoot) -> None:
+    out = probe(PYNVML_PROBE, sim_mig_root.nvml_path)
+    gpus = out["gpus"]
+    assert isinstance(gpus, list)
+    assert [g["mig_mode"] for g in gpus] == [[1, 1], [1, 1], [1, 1]] + [[0, 0]] * 5
+    for gpu, want in zip(gpus, sim_mig_root.gpus, strict=True):
+        assert [(m["uuid"], m["gi"], m["ci"]) for m in gpu["mig"]] == [
+            (m.uuid, m.gi, m.ci) for m in want.mig_devices]
+        for mig, wanted in zip(gpu["mig"], want.mig_devices, strict=True):
+            assert mig["name"] == f"{want.model} MIG {wanted.profile}"
+            assert mig["memory"] == wanted.memory_mib << 20
+            assert mig["is_mig"] == 1 and mig["parent"] == want.index
+            assert mig["uuid_roundtrip"] == wanted.uuid
+    assert len(gpus[1]["mig"]) == 7
+
+
+@pytest.mark.parametrize(
+    ("fail", "expected"),
+    [("nvmlDeviceGetName:3", [3, "Not Supported"]),
+     ("nvmlDeviceGetName:GPU_IS_LOST", [15, "GPU is lost"])],
+    ids=["number", "name"],
+)
+def test_nvsim_fail_reaches_pynvml(sim_root: SimRoot, fail: str, expected: list[object]) -> None:
+    out = probe(PYNVML_PROBE.replace('"name": pynvml.nvmlDeviceGetName(h), ', ""),
+                sim_root.nvml_path, env={"NVSIM_FAIL": fail})
+    errors = out["errors"]
+    assert isinstance(errors, dict)
+    assert errors["name"] == expected
+
+
+def test_fake_cuda(sim_root: SimRoot) -> None:
+    out = probe(CUDA_PROBE, f"{sim_root.lib_dir}/libcuda.so.1")
+    assert out == {
+        "version_rc": 0, "version": 12040, "count_before_init": 3, "init": 0, "count_rc": 0,
+        "count": 8, "name": "NVIDIA A100-SXM4-80GB", "cc": [8, 0],
+        "no_device": "no CUDA-capable device is detected",
+    }
+
+
+def test_fake_cuda_without_a_driver(sim_root: SimRoot) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).cuInit(0))",
+         f"{sim_root.lib_dir}/libcuda.so.1"],
+        capture_output=True, text=True, check=True,
+        env={"NVSIM_ROOT": "/nonexistent", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.strip() == "100"
