@@ -105,7 +105,10 @@ def discover(options: EngineOptions, faults: Faults) -> DriverInventory:
     """The host driver's inventory (NVML runs here; `nvml init` is a fault point)."""
     from nvmount.driver import DiscoveryOptions, discover_driver
 
-    faults("nvml init")
+    try:
+        faults("nvml init")
+    except OSError as err:
+        raise DriverError(f"nvml init: {err.strerror}") from err
     return discover_driver(
         options.root, options.ldcache, options.proc_root,
         options=DiscoveryOptions(no_persistenced=options.no_persistenced,

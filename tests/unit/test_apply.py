@@ -57,7 +57,8 @@ def listing(top: str) -> list[tuple[str, int, int, int]]:
         for name in sorted(dirnames + filenames):
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
-            out.append((p[len(top):], st.st_mode, st.st_uid, st.st_size))
+            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size  # dirs keep grown blocks
+            out.append((p[len(top):], st.st_mode, st.st_uid, size))
     return sorted(out)
 
 

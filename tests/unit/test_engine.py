@@ -1,0 +1,255 @@
+"""nvmount.engine against a real "container": a process in its own mount namespace whose
+rootfs is a temp glibc tree, with /proc mounted, the simulation's /proc/driver tmpfs and a
+v1 devices cgroup; the driver is the simulated one.
+
+The fault sweep arms a fault at every step of a full configure (NVML init, every source
+clone, mountpoint, mount, file, link, tmpfs seal, cgroup write, ldconfig) and checks that
+the container's mountinfo, its rootfs listing, its ld.so.cache and its device cgroup are
+exactly as before, that no fd leaked, and that the error names the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nvhook.demo_rootfs import RootfsFlavor, copy_rootfs
+from nvmount._libc import Libc
+from nvmount.capabilities import DriverCapability as C
+from nvmount.engine import (
+    EngineOptions,
+    EngineRequest,
+    configure_container,
+    plan_only,
+)
+from nvmount.errors import NvmountError, RequirementError
+from nvmount.faults import Faults
+from nvmount.plan_types import Bind
+from nvmount.sim import SimRoot
+from nvmount.sim.prestart import mount_proc_driver
+from tests.fixtures.cgroup import devices_list, require_v1_devices, v1_cgroup
+from tests.fixtures.containers import RootfsCache
+
+pytestmark = pytest.mark.root
+
+LIB = "/usr/lib/x86_64-linux-gnu"
+FULL_CAPS = C.UTILITY | C.COMPUTE | C.VIDEO | C.GRAPHICS | C.DISPLAY
+
+
+@dataclass
+class Target:
+    pid: int
+    rootfs: str
+    cgroup: str
+
+    def view(self, path: str) -> str:
+        """Host path of a container path, through the container's mount namespace."""
+        return f"/proc/{self.pid}/root{self.rootfs}{path}"
+
+
+@contextmanager
+def container(rootfs: Path, cgroup: str, *, nvidia_dir: bool = False) -> Iterator[Target]:
+    """A sleeping process in its own mount namespace with <rootfs>/proc mounted, the
+    simulation's tmpfs on <rootfs>/proc/driver, inside `cgroup`."""
+    script = f"mount -t proc proc {rootfs}/proc && exec sleep 600"
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    try:
+        deadline = time.monotonic() + 10
+        while not os.readlink(f"/proc/{proc.pid}/exe").endswith("/sleep"):
+            assert time.monotonic() < deadline, "the container process did not start"
+            time.sleep(0.01)
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(proc.pid))
+        mount_proc_driver(proc.pid, str(rootfs), with_nvidia_dir=nvidia_dir)
+        yield Target(proc.pid, str(rootfs), cgroup)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def listing(top: str) -> list[tuple[str, int, int, int]]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath == top and "proc" in dirnames:
+            dirnames.remove("proc")  # procfs; /proc/driver/nvidia is compared via mountinfo
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size  # dirs keep grown blocks
+            out.append((p[len(top):], st.st_mode, st.st_uid, size))
+    return sorted(out)
+
+
+def snapshot(t: Target) -> dict[str, object]:
+    with open(f"/proc/{t.pid}/mountinfo") as f:
+        mounts = sorted(f.read().splitlines())
+    cache = Path(t.view("/etc/ld.so.cache"))
+    return {
+        "mountinfo": mounts,
+        "files": listing(t.view("")),
+        "ldcache": hashlib.sha256(cache.read_bytes()).hexdigest() if cache.exists() else "",
+        "cgroup": sorted(devices_list(t.cgroup)),
+        "proc_driver": sorted(os.listdir(t.view("/proc/driver"))),
+    }
+
+
+def options(sim: SimRoot, **changes: object) -> EngineOptions:
+    base: dict[str, object] = {"root": sim.path, "proc_root": sim.proc_root,
+                               "ldconfig_required": True}
+    base.update(changes)
+    return EngineOptions(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def rootfs(rootfs_cache: RootfsCache, tmp_path: Path) -> Path:
+    return copy_rootfs(rootfs_cache.get(RootfsFlavor.GLIBC), tmp_path / "rootfs")
+
+
+@pytest.fixture
+def cgroup() -> Iterator[str]:
+    require_v1_devices()
+    with v1_cgroup(deny_all=True) as path:
+        yield path
+
+
+# -- success ------------------------------------------------------------------------------
+def test_configure_a_running_container(sim_root: SimRoot, rootfs: Path, cgroup: str) -> None:
+    with container(rootfs, cgroup) as t:
+        result = configure_container(
+            EngineRequest(devices="1", capabilities=C.UTILITY | C.COMPUTE), t.pid, t.rootfs,
+            options(sim_root), Libc())
+        assert result.ldconfig is not None and result.ldconfig.ok
+        assert Path(t.view(f"{LIB}/libcuda.so.550.54.15")).read_bytes().startswith(b"\x7fELF")
+        assert os.readlink(t.view(f"{LIB}/libcuda.so.1")) == "libcuda.so.550.54.15"
+        assert os.readlink(t.view(f"{LIB}/libcuda.so")) == "libcuda.so.1"
+        params = Path(t.view("/proc/driver/nvidia/params")).read_text()
+        assert "ModifyDeviceFiles: 0" in params
+        assert os.path.exists(t.view("/dev/nvidia1"))
+        assert not os.path.exists(t.view("/dev/nvidia0"))
+        rules = devices_list(cgroup)
+        assert "c 195:1 rw" in rules and "c 195:255 rw" in rules
+        assert "c 195:0 rw" not in rules
+        assert not any("*" in r for r in rules)
+        ldcache = subprocess.run(["/sbin/ldconfig", "-p", "-C", t.view("/etc/ld.so.cache")],
+                                 capture_output=True, text=True, check=True).stdout
+        assert "libcuda.so.1 (libc6,x86-64)" in ldcache
+        smi = subprocess.run(["nsenter", "-t", str(t.pid), "-m", "chroot", t.rootfs,
+                              "/usr/bin/nvidia-smi", "-L"], capture_output=True, text=True)
+        assert smi.returncode == 0, smi.stderr
+        assert smi.stdout.count("GPU ") == 1
+        assert set(result.timings_ms) >= {"inventory", "plan", "mounts", "cgroup", "ldcache"}
+
+
+def test_timing_record(sim_root: SimRoot, rootfs: Path, cgroup: str, tmp_path: Path) -> None:
+    import json
+
+    log = tmp_path / "timing.jsonl"
+    with container(rootfs, cgroup) as t:
+        configure_container(EngineRequest(devices="all", capabilities=C.UTILITY), t.pid,
+                            t.rootfs, options(sim_root, timing_log=str(log), container_id="c1"),
+                            Libc())
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["container"] == "c1" and record["pid"] == t.pid
+    assert set(record["phases_ms"]) >= {"inventory", "plan", "mounts", "ldcache", "cgroup"}
+    assert record["gpus"] == 8 and record["device_rules"] == 9
+    assert record["peak_rss_kb"] > 0 and record["total_ms"] > 0
+
+
+def test_requirement_failure_changes_nothing(sim_root: SimRoot, rootfs: Path,
+                                             cgroup: str) -> None:
+    with container(rootfs, cgroup) as t:
+        before = snapshot(t)
+        with pytest.raises(RequirementError, match=r"^requirement cuda>=99"):
+            configure_container(EngineRequest(devices="0", capabilities=C.COMPUTE,
+                                              requirements=("cuda>=99",)),
+                                t.pid, t.rootfs, options(sim_root), Libc())
+        assert snapshot(t) == before
+
+
+# -- every step fails once ----------------------------------------------------------------
+def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
+           nvidia_dir: bool) -> int:
+    with container(rootfs, cgroup, nvidia_dir=nvidia_dir) as t:
+        before = snapshot(t)
+        # record the steps on a throwaway copy (a successful run changes the rootfs)
+        recorder = Faults()
+        spare = copy_rootfs(rootfs, rootfs.parent / "spare")
+        with v1_cgroup(deny_all=True) as spare_cg, container(spare, spare_cg,
+                                                             nvidia_dir=nvidia_dir) as s:
+            configure_container(request, s.pid, s.rootfs, options(sim), Libc(),
+                                faults=recorder)
+        steps = [step.replace(str(spare), str(rootfs)) for step in recorder.steps]
+        assert steps[0] == "nvml init" and steps[-1] == "ldconfig"
+        assert any(step.startswith("cgroup allow c ") for step in steps)
+        fds = sorted(os.listdir("/proc/self/fd"))
+        for i, step in enumerate(steps):
+            nth = steps[: i + 1].count(step)
+            with pytest.raises(NvmountError) as info:
+                configure_container(request, t.pid, t.rootfs, options(sim), Libc(),
+                                    faults=Faults(step, nth))
+            message = str(info.value)
+            assert "injected fault" in message, (step, message)
+            if not step.startswith(("mountpoint ", "nvml ")):
+                assert step.split(" (")[0] in message or step in message, (step, message)
+            after = snapshot(t)
+            if after != before:
+                diff = sorted(set(map(str, after["files"])) ^ set(map(str, before["files"])))
+                raise AssertionError(f"a fault at {step!r} left changes behind: {diff}")
+            assert sorted(os.listdir("/proc/self/fd")) == fds, f"fd leak at {step!r}"
+        # and the container is still fine to configure
+        configure_container(request, t.pid, t.rootfs, options(sim), Libc())
+        assert os.path.exists(t.view("/proc/driver/nvidia/params"))
+        return len(steps)
+
+
+def test_a_fault_at_every_step_leaves_nothing_behind(sim_mig_root: SimRoot, rootfs: Path,
+                                                     cgroup: str) -> None:
+    """A MIG device of GPU 0 (its parent comes along), graphics and display included."""
+    request = EngineRequest(devices="0:3", capabilities=FULL_CAPS, imex_channels=(0,))
+    count = _sweep(sim_mig_root, rootfs, cgroup, request, nvidia_dir=False)
+    assert count > 150
+
+
+@pytest.mark.slow
+def test_a_fault_at_every_step_all_gpus_all_caps(sim_root: SimRoot, rootfs: Path,
+                                                 cgroup: str) -> None:
+    if os.environ.get("NVHOOK_LONG") != "1":
+        pytest.skip("long variant: set NVHOOK_LONG=1")
+    request = EngineRequest(devices="all", capabilities=C.all())
+    assert _sweep(sim_root, rootfs, cgroup, request, nvidia_dir=True) > 300
+
+
+# -- dry run ------------------------------------------------------------------------------
+def _plan_without_privileges(sim: SimRoot, rootfs: str) -> tuple[int, int, list[str]]:
+    from nvmount import privileges
+
+    privileges.limit_permitted(())  # no capability at all from here on
+    plan = plan_only(EngineRequest(devices="all", capabilities=C.UTILITY | C.COMPUTE), rootfs,
+                     options(sim), Libc())
+    assert plan is not None
+    return len(plan.entries), plan.count(Bind), [f"{r.major}:{r.minor}" for r in
+                                                   plan.device_rules]
+
+
+def test_plan_only_needs_no_privileges(sim_root: SimRoot, rootfs: Path) -> None:
+    from tests.unit._privns import in_private_ns
+
+    before = listing(str(rootfs))
+    entries, binds, rules = in_private_ns(_plan_without_privileges, sim_root, str(rootfs))
+    assert entries == 59 and binds == 45  # 8 GPUs, utility+compute, IPC on
+    assert rules[0] == "195:255" and len(rules) == 11
+    assert listing(str(rootfs)) == before
+
+
+def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
+    assert plan_only(EngineRequest(devices="all"), str(rootfs),
+                     EngineOptions(root=str(tmp_path)), Libc()) is None
