@@ -98,8 +98,7 @@ def run_sandbox(spec: SandboxSpec, libc: Libc) -> NoReturn:
     code = 1
     try:
         _pdeathsig()
-        for fd in (spec.out_fd, spec.stdin_fd, spec.exec_fd):
-            os.set_inheritable(fd, False)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an ignored SIGCHLD would auto-reap
         try:
             libc.setns(spec.mntns_fd, L.CLONE_NEWNS)
         except OSError as err:

@@ -10,8 +10,8 @@ effective (`with stage(Stage.MOUNT): ...` or `drop_to(Stage.MOUNT)`). Helpers we
 no_new_privs.
 
 When the process is not root (a dry run by a normal user) everything here is a no-op with a
-debug log. python-prctl is imported lazily: its C module `_prctl` costs ~0.4 ms, the
-`prctl` wrapper module ~3 ms (it builds classes at import), so only `_prctl` is used.
+debug log. python-prctl is imported lazily, and only its C module `_prctl` (~0.3 ms): the
+`prctl` wrapper module costs 3-7 ms more (it builds classes at import).
 """
 
 from __future__ import annotations
