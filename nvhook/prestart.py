@@ -61,6 +61,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
         spec = load_spec(state.bundle, cwd=opts.cwd)
         request = derive_request(spec, config)
     if request is None:
+        _log_not_gpu(state)
         if dry_run:
             _print_decision(None, container_ref(state, spec, opts.cwd), None)
         return 0
@@ -81,6 +82,14 @@ def container_ref(state: State, spec: Spec, cwd: str | None) -> ContainerRef:
 
     return ContainerRef(
         pid=state.pid, bundle=resolve_bundle(state.bundle, cwd), rootfs=resolve_rootfs(spec, cwd)
+    )
+
+
+def _log_not_gpu(state: State) -> None:
+    import logging
+
+    logging.getLogger(__name__).debug(
+        "container pid %d bundle %s: not a GPU container", state.pid, state.bundle
     )
 
 
