@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import importlib
 import logging
 import os
 import select
@@ -227,6 +228,7 @@ def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> _Supervised:
         fds += [status_r, status_w]
         for fd in (out_r, status_r):
             os.set_blocking(fd, False)
+        importlib.import_module("_prctl")  # once here, not in every child
         spec = replace(spec, stdin_fd=devnull, out_fd=out_w, status_fd=status_w)
         pid = os.fork()
         if pid == 0:
