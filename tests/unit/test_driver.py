@@ -444,3 +444,31 @@ def test_selector_unreadable_candidate_is_an_error(tmp_path: Path) -> None:
 
 def test_mig_minors_can_be_skipped(sim_mig_root: SimRoot) -> None:
     assert discover(sim_mig_root, mig_minors=False).mig_minors == ()
+
+
+def test_missing_symbols_are_function_not_found() -> None:
+    from nvmount._nvml import NvmlSession
+
+    session = NvmlSession("/lib/x86_64-linux-gnu/libm.so.6")  # a library without NVML
+    with pytest.raises(NvmlError) as err:
+        session.init()
+    assert (err.value.function, err.value.code, err.value.text) == ("nvmlInit_v2", 13, "error 13")
+    assert "too old for this call" in str(err.value)
+
+
+def test_caller_provided_nvml_session(sim_root: SimRoot) -> None:
+    from nvmount._nvml import open_nvml
+
+    with open_nvml(sim_root.nvml_path) as session:
+        inv = discover_driver(sim_root.path, proc_root=sim_root.proc_root, nvml=session)
+    assert [g.uuid for g in inv.gpus] == [g.uuid for g in sim_root.gpus]
+
+
+def test_load_failure_names_the_library(tmp_path: Path) -> None:
+    from nvmount._nvml import open_nvml
+
+    bad = tmp_path / "libnvidia-ml.so.1"
+    bad.write_bytes(b"not a library")
+    with pytest.raises(DriverError, match=f"load nvml {bad}: .*run 'ldconfig' there"), \
+            open_nvml(str(bad)):
+        pass
