@@ -172,7 +172,8 @@ def imex_channels(root: DriverRoot, imex_major: int | None) -> tuple[DeviceNode,
     channels = sorted(int(m.group(1)) for m in map(_CHANNEL.fullmatch, names)
                       if m and int(m.group(1)) < MAX_IMEX_CHANNEL)
     return tuple(
-        DeviceNode(root.host(f"{hit.path}/channel{n}"), f"{IMEX_DIR}/channel{n}", imex_major, n)
+        DeviceNode(root.host(root.resolve(f"{IMEX_DIR}/channel{n}").path),
+                   f"{IMEX_DIR}/channel{n}", imex_major, n)
         for n in channels)
 
 
