@@ -1,15 +1,16 @@
 """Per-phase wall time of one hook run, and the JSON record the benchmark reads.
 
 Phases, in the order a prestart run goes through them: config, spec (the hook's side),
-inventory, plan, mounts, ldcache, cgroup (the engine's). `PhaseTimer.phase(name)` adds the
+inventory, container (pidfd, namespaces, cgroup path, rootfs layout), plan, mounts, cgroup,
+ldcache (the engine's). `PhaseTimer.phase(name)` adds the
 time of a `with` block to that phase. With `[nvhook] timing-log = PATH`, the engine appends
 one line per container to PATH:
 
     {"time": 1763731200.123, "container": "<id>", "pid": 4242, "dry_run": false,
-     "phases_ms": {"config": 0.41, "spec": 0.12, "inventory": 3.2, "plan": 0.2,
-                   "mounts": 9.8, "ldcache": 21.0, "cgroup": 0.3},
-     "total_ms": 35.1, "mounts": 71, "files": 28, "device_rules": 4, "gpus": 1,
-     "peak_rss_kb": 23120}
+     "mounts": 29, "binds": 28, "files": 3, "symlinks": 10, "device_rules": 4, "gpus": 1,
+     "phases_ms": {"config": 3.6, "spec": 6.5, "inventory": 28.9, "container": 12.8,
+                   "plan": 1.1, "mounts": 19.4, "cgroup": 0.1, "ldcache": 24.8},
+     "total_ms": 127.5, "peak_rss_kb": 21244}
 
 `total_ms` runs from the timer's creation (the hook creates it first thing) to the record.
 """
@@ -21,7 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-PHASES: tuple[str, ...] = ("config", "spec", "inventory", "plan", "mounts", "ldcache", "cgroup")
+PHASES: tuple[str, ...] = (
+    "config", "spec", "inventory", "container", "plan", "mounts", "cgroup", "ldcache")
 
 
 class PhaseTimer:

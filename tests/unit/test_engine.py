@@ -253,3 +253,87 @@ def test_plan_only_needs_no_privileges(sim_root: SimRoot, rootfs: Path) -> None:
 def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
     assert plan_only(EngineRequest(devices="all"), str(rootfs),
                      EngineOptions(root=str(tmp_path)), Libc()) is None
+
+
+# -- the hook bridge ----------------------------------------------------------------------
+def _config(sim: SimRoot) -> object:
+    from nvhook.config import load_config
+
+    return load_config(sim.config_path, {}, cwd="/")
+
+
+def test_run_engine_dry_run_document(sim_root: SimRoot, rootfs: Path) -> None:
+    from nvhook.engine import run_engine
+    from nvhook.request import ContainerRef, ContainerRequest
+
+    request = ContainerRequest(devices=("0", "2"), mig_config_devices=(),
+                               mig_monitor_devices=(), imex_channels=("0",),
+                               driver_capabilities=C.UTILITY | C.COMPUTE | C.GRAPHICS,
+                               requirements=("cuda>=12.0",), disable_require=False)
+    ref = ContainerRef(pid=0, bundle=str(rootfs.parent), rootfs=str(rootfs))
+    doc = run_engine(request, ref, _config(sim_root), dry_run=True, debug=False)  # type: ignore[arg-type]
+    assert doc is not None
+    assert doc["driver"] == {"version": "550.54.15", "cuda_version": "12.4",
+                             "root": sim_root.path}
+    assert doc["devices"] == [g.uuid for g in sim_root.gpus if g.index in (0, 2)]
+    entries = doc["entries"]
+    assert isinstance(entries, list)
+    ops = {e["op"] for e in entries}
+    assert ops == {"tmpfs", "file", "bind", "symlink"}
+    cuda = next(e for e in entries if e["target"] == f"{LIB}/libcuda.so.550.54.15")
+    assert cuda == {"op": "bind", "source": f"{sim_root.path}{LIB}/libcuda.so.550.54.15",
+                    "target": f"{LIB}/libcuda.so.550.54.15", "flags": "ro,nosuid,nodev",
+                    "what": "library"}
+    link = next(e for e in entries if e["target"] == f"{LIB}/libcuda.so.1")
+    assert link == {"op": "symlink", "target": f"{LIB}/libcuda.so.1",
+                    "link": "libcuda.so.550.54.15", "flags": "", "what": "soname link"}
+    assert doc["device_rules"][:2] == ["c 195:255 rw", "c 506:0 rw"]  # type: ignore[index]
+    assert "c 195:0 rw" in doc["device_rules"]  # type: ignore[operator]
+    assert "c 195:1 rw" not in doc["device_rules"]  # type: ignore[operator]
+    assert doc["ldconfig_dirs"] == [LIB, "/usr/lib/i386-linux-gnu"]
+    by_cap = doc["files_by_capability"]
+    assert isinstance(by_cap, dict)
+    assert set(by_cap) == {"always", "utility", "compute", "video", "graphics", "display"}
+    assert f"{sim_root.path}/usr/bin/nvidia-smi" in by_cap["utility"]
+    import json
+
+    json.dumps(doc)  # JSON-ready
+
+
+@pytest.mark.parametrize(("mode", "allow", "expected"), [
+    ("ldconfig", False, "ldconfig"), ("mount", False, "mount"), ("disabled", False, "disabled"),
+    ("hook", False, "disabled"), ("", False, "disabled"), ("bogus", True, "mount"),
+], ids=["ldconfig", "mount", "disabled", "hook", "empty", "other-with-opt-in"])
+def test_compat_mode_mapping(mode: str, allow: bool, expected: str) -> None:
+    from nvhook.config import FeaturesConfig, HookConfig, RuntimeConfig
+    from nvhook.engine import compat_mode
+
+    config = HookConfig(runtime=RuntimeConfig(modes_legacy_cuda_compat_mode=mode),
+                        features=FeaturesConfig(allow_cuda_compat_libs_from_container=allow))
+    assert compat_mode(config) == expected
+
+
+@pytest.mark.parametrize(("value", "ok"), [("0", True), ("1048575", True), ("1048576", False),
+                                           ("-1", False), ("x", False), ("٣", False)],
+                         ids=["zero", "max", "too-big", "negative", "word", "non-ascii-digit"])
+def test_imex_channel_values(value: str, ok: bool) -> None:
+    from nvhook.engine import imex_channel
+    from nvmount.errors import SelectionError
+
+    if ok:
+        assert imex_channel(value) == int(value)
+    else:
+        with pytest.raises(SelectionError, match="^unsupported IMEX channel value: "):
+            imex_channel(value)
+
+
+def test_engine_options_from_config(sim_root: SimRoot) -> None:
+    from nvhook.engine import engine_options
+    from nvhook.request import ContainerRef
+
+    opts = engine_options(_config(sim_root), ContainerRef(1, "/b/ctr-1/", "/b/ctr-1/rootfs"),  # type: ignore[arg-type]
+                          limit_privileges=True)
+    assert (opts.root, opts.ldcache, opts.proc_root) == (sim_root.path, "/etc/ld.so.cache",
+                                                         sim_root.proc_root)
+    assert opts.ldconfig.startswith("@/sbin/ldconfig")
+    assert opts.container_id == "ctr-1" and opts.limit_privileges
