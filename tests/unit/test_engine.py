@@ -323,7 +323,7 @@ def test_imex_channel_values(value: str, ok: bool) -> None:
     if ok:
         assert imex_channel(value) == int(value)
     else:
-        with pytest.raises(SelectionError, match="^unsupported IMEX channel value: "):
+        with pytest.raises(SelectionError, match=r"^unsupported IMEX channel value: "):
             imex_channel(value)
 
 
