@@ -389,3 +389,12 @@ def test_dry_run_includes_the_engine_plan(hook: Hook, sim_root: Any) -> None:
     assert result["gpu_container"] is True
     assert "plan" in result
     assert isinstance(result["plan"], dict)
+
+
+def test_readme_lists_every_deviation() -> None:
+    from nvhook.deviations import DEVIATIONS
+
+    readme = (REPO / "README.md").read_text()
+    assert "## Hook decisions (`nvhook prestart`)" in readme
+    for topic, what, why in DEVIATIONS:
+        assert f"- **{topic}**: {what}. Why: {why}." in readme, topic
