@@ -3,7 +3,8 @@
 The procfs view hides the container's /proc/driver/nvidia behind a tmpfs holding copies of
 the host's `params` (with `ModifyDeviceFiles: 0`, so the driver and NVML inside never create
 or chmod /dev nodes), `version` and `registry`, plus a read-only bind of each selected GPU's
-`gpus/<bus-id>` directory. Unlike NVIDIA, both tmpfs mounts are read-only once populated.
+`gpus/<bus-id>` directory (discovery found it under the 8- or the 4-digit PCI domain; the
+container gets the same name). Unlike NVIDIA, both tmpfs mounts are read-only once populated.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import DriverCapability
+from nvmount.errors import DriverError
 from nvmount.inventory import DriverInventory, Gpu
 from nvmount.plan_types import RO_PROC, Bind, PlanEntry, ProcFile, SourceKind, Tmpfs, WriteFile
 
@@ -39,15 +41,6 @@ def app_profile_bytes(mask: int) -> bytes:
     ).encode()
 
 
-def proc_gpu_dir_names(bus_id: str) -> tuple[str, ...]:
-    """`gpus/` entry names to try for a bus id: the NVML 8-digit domain, then 4 digits."""
-    names = [bus_id.lower()]
-    domain, sep, rest = names[0].partition(":")
-    if sep and len(domain) == 8:
-        names.append(f"{domain[4:]}:{rest}")
-    return tuple(names)
-
-
 def plan_procfs(
     inventory: DriverInventory, gpus: tuple[Gpu, ...], files: tuple[ProcFile, ...]
 ) -> list[PlanEntry]:
@@ -60,10 +53,14 @@ def plan_procfs(
             data = rewrite_params(f.data) if name == "params" else f.data
             entries.append(WriteFile(f"{PROC_DRIVER}/{name}", data, f.mode, "procfs file"))
     for gpu in gpus:
-        if gpu.proc_dir:
-            target = f"{PROC_DRIVER}/gpus/{posixpath.basename(gpu.proc_dir.rstrip('/'))}"
-            entries.append(Bind(gpu.proc_dir, target, SourceKind.DIRECTORY, RO_PROC,
-                                "procfs gpu"))
+        if not gpu.proc_dir:  # libnvc fails too (8- and 4-digit domain both missing)
+            raise DriverError(
+                f"mount procfs gpu {PROC_DRIVER}/gpus/{gpu.bus_id} of GPU {gpu.index} "
+                f"({gpu.uuid}): not found in the driver root {inventory.root} (is the NVIDIA "
+                "kernel module loaded? check nvidia-container-cli.root)")
+        target = f"{PROC_DRIVER}/gpus/{posixpath.basename(gpu.proc_dir.rstrip('/'))}"
+        entries.append(Bind(gpu.proc_dir, target, SourceKind.DIRECTORY, RO_PROC,
+                            "procfs gpu"))
     return entries
 
 

@@ -8,12 +8,11 @@ import pytest
 
 from nvmount.capabilities import DriverCapability as C
 from nvmount.container_types import ContainerLayout
-from nvmount.errors import SelectionError
+from nvmount.errors import DriverError, SelectionError
 from nvmount.inventory import DeviceNode, DriverFile, DriverInventory, FileKind, Gpu, MigDevice
 from nvmount.plan import compat_dirs, plan_mounts
 from nvmount.plan_procfs import (
     app_profile_bytes,
-    proc_gpu_dir_names,
     rewrite_params,
 )
 from nvmount.plan_types import (
@@ -215,8 +214,8 @@ def test_order_follows_libnvc() -> None:
     plan = make_plan(ALL_CAPS, devices="1")
     order = [e.what for e in plan.entries]
     firsts = ["procfs view", "procfs file", "procfs gpu", "application profiles",
-              "application profile", "binary", "library", "library32", "special link", "soname link",
-              "firmware", "ipc", "device", "gpu device"]
+              "application profile", "binary", "library", "library32", "special link",
+              "soname link", "firmware", "ipc", "device", "gpu device"]
     assert [order.index(w) for w in firsts] == sorted(order.index(w) for w in firsts)
     assert plan.gpus == ("GPU-00000001",)
     assert [r.minor for r in plan.device_rules] == [255, 0, 1, 254, 1]
@@ -307,13 +306,11 @@ def test_procfs_gpu_dir_keeps_the_name_found() -> None:
     assert "/proc/driver/nvidia/gpus/0000:07:00.0" in targets(plan, Bind, "procfs gpu")
 
 
-@pytest.mark.parametrize(("bus", "names"), [
-    ("00000000:07:00.0", ("00000000:07:00.0", "0000:07:00.0")),
-    ("0000ABCD:3B:00.0", ("0000abcd:3b:00.0", "abcd:3b:00.0")),
-    ("0000:07:00.0", ("0000:07:00.0",)),
-], ids=["8-digit", "upper-case", "4-digit"])
-def test_proc_gpu_dir_names(bus: str, names: tuple[str, ...]) -> None:
-    assert proc_gpu_dir_names(bus) == names
+def test_procfs_gpu_dir_missing_is_an_error() -> None:
+    gpu = dataclasses.replace(_gpu(0), proc_dir="")
+    with pytest.raises(DriverError, match=r"^mount procfs gpu /proc/driver/nvidia/gpus/0000"):
+        make_plan(C.UTILITY, devices="0", inv=inventory(gpus=(gpu,)))
+    assert make_plan(C.UTILITY, devices="", inv=inventory(gpus=(gpu,))).gpus == ()
 
 
 def test_app_profile_bytes_exact() -> None:
