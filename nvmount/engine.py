@@ -332,6 +332,7 @@ class _Run:
         from nvmount.namespace import entered
         from nvmount.rootfs import Root
 
+        self.handle.check_alive()
         sources = clone_sources(self.plan, self.libc, self.faults)
         try:
             with entered(self.handle.mntns_fd, self.libc):

@@ -175,6 +175,27 @@ def test_requirement_failure_changes_nothing(sim_root: SimRoot, rootfs: Path,
         assert snapshot(t) == before
 
 
+@pytest.mark.parametrize("required", [False, True], ids=["warning", "required"])
+def test_ldconfig_failure(sim_root: SimRoot, rootfs: Path, cgroup: str,
+                          required: bool) -> None:
+    from nvmount.errors import LdcacheError
+
+    opts = options(sim_root, ldconfig="@/nonexistent/ldconfig", ldconfig_required=required)
+    with container(rootfs, cgroup) as t:
+        before = snapshot(t)
+        request = EngineRequest(devices="0", capabilities=C.UTILITY)
+        if required:
+            with pytest.raises(LdcacheError, match=r"^run ldconfig: host /nonexistent/ldconfig"):
+                configure_container(request, t.pid, t.rootfs, opts, Libc())
+            assert snapshot(t) == before
+        else:
+            result = configure_container(request, t.pid, t.rootfs, opts, Libc())
+            assert result.ldconfig is not None and not result.ldconfig.ok
+            assert any("/nonexistent/ldconfig" in w for w in result.warnings)
+            assert os.path.exists(t.view("/usr/bin/nvidia-smi"))
+            assert "c 195:0 rw" in devices_list(cgroup)
+
+
 # -- every step fails once ----------------------------------------------------------------
 def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
            nvidia_dir: bool) -> int:
