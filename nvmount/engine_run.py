@@ -1,0 +1,162 @@
+"""The effectful half of `configure_container`: mounts, device cgroup, ldconfig, rollback.
+
+Stage: orchestration (see `nvmount.engine`). `Run.execute` clones the plan's sources on the
+host, enters the container's mount namespace to apply the plan, leaves, updates the device
+cgroup and runs ldconfig; each phase with its stage's capabilities. On any failure it undoes
+the cgroup changes and re-enters the namespace to roll the mount journal back.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nvmount.errors import LdcacheError, NvmountError
+from nvmount.faults import Faults
+from nvmount.plan_types import MountPlan
+from nvmount.timing import PhaseTimer
+
+if TYPE_CHECKING:
+    from nvmount._libc import Libc
+    from nvmount.apply import ApplyResult
+    from nvmount.cgroup import CgroupChange
+    from nvmount.container import ContainerHandle
+    from nvmount.engine import EngineOptions
+    from nvmount.ldconfig import LdconfigResult
+    from nvmount.procfs import ProcFs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    applied: ApplyResult
+    cgroup: str
+    ldconfig: LdconfigResult | None
+    warnings: tuple[str, ...]
+
+
+class Run:
+    """The effectful part of one `configure_container`, with its two journals."""
+
+    def __init__(self, handle: ContainerHandle, plan: MountPlan, options: EngineOptions,
+                 libc: Libc, faults: Faults, timer: PhaseTimer, stack: ExitStack) -> None:
+        from nvmount.journal import Journal
+
+
+        self.handle, self.plan, self.options = handle, plan, options
+        self.libc, self.faults, self.timer, self.stack = libc, faults, timer, stack
+        self.mounts = Journal("container mounts")
+        self.cgroup_changes: list[CgroupChange] = []
+        self.warnings: list[str] = []
+
+    def execute(self) -> Effects:
+        from nvmount import privileges as P
+        from nvmount.procfs import ProcFs
+
+        try:
+            with P.stage(P.Stage.MOUNT):
+                procfs = self.stack.enter_context(ProcFs.open(self.libc))
+            with self.timer.phase("mounts"), P.stage(P.Stage.MOUNT):
+                applied = self._mount(procfs)
+            with self.timer.phase("cgroup"), P.stage(P.Stage.CGROUP):
+                cgroup = self._cgroup()
+            with self.timer.phase("ldcache"), P.stage(P.Stage.LDCACHE):
+                ldconfig = self._ldconfig()
+        except BaseException as err:
+            self._rollback(err)
+            raise
+        self.mounts.commit()
+        for change in self.cgroup_changes:
+            change.close()
+        return Effects(applied, cgroup, ldconfig, tuple(self.warnings))
+
+    def _mount(self, procfs: ProcFs) -> ApplyResult:
+        from nvmount.apply import apply_plan, clone_sources, close_sources
+        from nvmount.namespace import entered
+        from nvmount.rootfs import Root
+
+        self.handle.check_alive()
+        sources = clone_sources(self.plan, self.libc, self.faults)
+        try:
+            with entered(self.handle.mntns_fd, self.libc):
+                root = Root.open(self.handle.rootfs, self.libc, procfs=procfs,
+                                 require_proc_dir=True)
+                self.stack.callback(root.close)
+                applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
+                                     procfs=procfs, owner=(self.handle.uid, self.handle.gid),
+                                     faults=self.faults)
+        finally:
+            if not len(self.mounts):
+                close_sources(sources)
+        return applied
+
+    def _cgroup(self) -> str:
+        """Allow the plan's device rules. A fault point precedes each cgroup write: v1 gets
+        one `allow_devices` call (one write) per rule, v2 one call (one atomic replace)."""
+        from nvmount.cgroup import allow_devices, format_rule, should_skip_cgroups
+
+        skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
+        target = self.handle.cgroup
+        if skip is not None or target is None or not self.plan.device_rules:
+            why = skip or ("no device cgroup" if target is None else "no rules")
+            log.info("device cgroup left alone: %s", why)
+            return f"unchanged: {why}"
+        rules = self.plan.device_rules
+        batches = [(r,) for r in rules] if target.version == 1 else [rules]
+        described: list[str] = []
+        for batch in batches:
+            step = f"cgroup allow {', '.join(format_rule(r) for r in batch)}"
+            try:
+                self.faults(step)
+            except OSError as err:
+                from nvmount.errors import CgroupError
+
+                raise CgroupError(f"{step} in {target.path}: {err.strerror}") from err
+            change = allow_devices(target, batch, self.libc)
+            self.cgroup_changes.append(change)
+            described.append(change.describe())
+        return "; ".join(described)
+
+    def _ldconfig(self) -> LdconfigResult:
+        from nvmount.ldconfig import resolve_ldconfig, run_ldconfig
+
+        path = resolve_ldconfig(self.options.ldconfig)
+        try:
+            self.faults("ldconfig")
+        except OSError as err:
+            raise LdcacheError(f"run ldconfig {path}: {err.strerror}") from err
+        result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.rootfs,
+                              dirs=self.plan.ldconfig_dirs, ldconfig_path=path,
+                              uid=self.handle.uid, gid=self.handle.gid,
+                              timeout=self.options.ldconfig_timeout, libc=self.libc)
+        if not result.ok:
+            if self.options.ldconfig_required:
+                raise LdcacheError(f"{result.warning} (ldconfig-required = true)")
+            log.warning("%s (the container starts anyway: SONAME links are in place)",
+                        result.warning)
+            self.warnings.append(result.warning)
+        return result
+
+    def _rollback(self, err: BaseException) -> None:
+        from nvmount.namespace import entered
+
+        failures: list[str] = []
+        while self.cgroup_changes:
+            change = self.cgroup_changes.pop()
+            try:
+                change.undo()
+            except NvmountError as undo_err:
+                failures.append(str(undo_err))
+        if len(self.mounts):
+            try:
+                with entered(self.handle.mntns_fd, self.libc):
+                    failures += self.mounts.rollback()
+            except NvmountError as ns_err:
+                failures.append(f"re-enter the mount namespace to roll back: {ns_err}")
+        if failures:
+            log.error("rollback incomplete: %s", "; ".join(failures))
+            if isinstance(err, NvmountError):
+                err.add_note("rollback incomplete: " + "; ".join(failures))
