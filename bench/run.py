@@ -196,29 +196,42 @@ def host_info() -> dict[str, object]:
 
 def markdown(results: dict[str, object]) -> str:
     series: dict[str, dict[str, object]] = results["series"]  # type: ignore[assignment]
-    out = [f"N = {results['runs']} runs per series; {results['host']}", "",
-           "| series | start median (ms) | start p90 (ms) | hook process median (ms) "
-           "| hook peak RSS (MiB) |", "|---|---|---|---|---|"]
+    host: dict[str, object] = results["host"]  # type: ignore[assignment]
+    sim_step = series.get("runc + sim step", {}).get("start_ms")
+    sim_median = sim_step["median"] if isinstance(sim_step, dict) else None
+    out = [f"{results['runs']} timed `runc run` of /bin/true per series (after 1 warm-up); "
+           f"{host['date']}, kernel {host['kernel']}, {host['cpus']} CPUs, {host['python']}, "
+           f"{host['runc']}, load average {host['load']:.1f}", "",
+           "| series | start median (ms) | start p90 (ms) | added by nvhook (ms) "
+           "| hook process median (ms) | hook peak RSS (MiB) |", "|---|---|---|---|---|---|"]
     for name, s in series.items():
         st: dict[str, float] = s["start_ms"]  # type: ignore[assignment]
         hp: dict[str, float] | None = s.get("hook_process_ms")  # type: ignore[assignment]
         rss = s.get("hook_peak_rss_mib")
+        added = (f"{st['median'] - sim_median:.1f}" if hp and sim_median is not None else "-")
         hp_text = f"{hp['median']:.1f}" if hp else "-"
         rss_text = f"{rss:.1f}" if isinstance(rss, float) else "-"
-        out.append(f"| {name} | {st['median']:.1f} | {st['p90']:.1f} | {hp_text} | {rss_text} |")
-    phased = [(n, s) for n, s in series.items() if s.get("phases_ms")]
-    if phased:
-        keys = [p for p in (*PHASES, "total")
-                if any(p in s["phases_ms"] for _, s in phased)]  # type: ignore[operator]
-        extra = sorted({k for _, s in phased for k in s["phases_ms"]} - set(keys))  # type: ignore[attr-defined]
-        keys += extra
-        out += ["", "Hook phases, median ms (from the timing-log records):", "",
-                "| GPUs | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-        for _, s in phased:
-            ph: dict[str, float] = s["phases_ms"]  # type: ignore[assignment]
-            out.append(f"| {s['gpus']} | " + " | ".join(
-                f"{ph[k]:.1f}" if k in ph else "-" for k in keys) + " |")
+        out.append(f"| {name} | {st['median']:.1f} | {st['p90']:.1f} | {added} | {hp_text} "
+                   f"| {rss_text} |")
+    out += _phase_table(series)
     return "\n".join(out) + "\n"
+
+
+def _phase_table(series: dict[str, dict[str, object]]) -> list[str]:
+    phased = [s for s in series.values() if s.get("phases_ms")]
+    if not phased:
+        return []
+    seen = {k for s in phased for k in s["phases_ms"]}  # type: ignore[attr-defined]
+    keys = [p for p in PHASES if p in seen] + sorted(seen - {*PHASES, "total"})
+    keys += ["total"] if "total" in seen else []
+    out = ["", "Hook phases, median ms over the same runs (the hook's timing-log records; "
+           "total = from the hook's first line to its record):", "",
+           "| GPUs | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for s in phased:
+        ph: dict[str, float] = s["phases_ms"]  # type: ignore[assignment]
+        out.append(f"| {s['gpus']} | " + " | ".join(
+            f"{ph[k]:.1f}" if k in ph else "-" for k in keys) + " |")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
