@@ -39,9 +39,9 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "prestart": ("nvhook.prestart", "main", "run the prestart hook"),
     "poststart": ("nvhook.prestart", "main", "no-op"),
     "poststop": ("nvhook.prestart", "main", "no-op"),
-    "info": ("nvhook.driver_cmds", "main_info", "show the host driver nvhook sees"),
-    "list": ("nvhook.driver_cmds", "main_list", "list the driver files a container would get"),
-    "sim": ("nvhook.sim_cmd", "main", "create or inspect a simulated driver"),
+    "info": ("nvhook.driver_cmds", "main_info", "show the driver and GPUs nvhook sees"),
+    "list": ("nvhook.driver_cmds", "main_list", "list the host files a container could get"),
+    "sim": ("nvhook.sim_cmd", "main", "create a simulated driver (and its prestart step)"),
     "demo": ("nvhook.demo", "main", "start a GPU container under runc, print its nvidia-smi"),
     "install": ("nvhook.install_cmd", "main", "write the isolated hook launchers"),
 }
@@ -283,7 +283,13 @@ def _dispatch(command: str, rest: list[str], opts: GlobalOptions) -> int:
     if command in HOOK_COMMANDS:
         return int(function([command, *rest], opts))
     if opts.cwd is not None:  # only the hook commands run in "/"
-        os.chdir(opts.cwd)
+        try:
+            os.chdir(opts.cwd)
+        except OSError as err:
+            raise NvhookError(
+                f"command {command}: cannot return to the working directory {opts.cwd}: "
+                f"{err.strerror}"
+            ) from err
     return int(function(rest, opts))
 
 
