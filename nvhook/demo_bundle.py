@@ -235,7 +235,8 @@ def remove_cgroups(container_id: str) -> None:
                 break
             except FileNotFoundError:
                 break
-            except OSError:
+            except OSError as err:
                 if attempt == 19:
-                    raise
+                    raise NvhookError(f"remove cgroup {path}: {err.strerror} (is a process of "
+                                      f"container {container_id} still running?)") from err
                 time.sleep(0.05)
