@@ -2,7 +2,7 @@
 
     nvhook sim create DIR [--gpus N] [--mig SPEC] [--driver-version V] [--cuda-version V]
                           [--model NAME]... [--minors LIST] [--ipc] [--imex-channels N]
-                          [--no-32bit] [--force] [--json]
+                          [--no-32bit] [--build-cache CACHE] [--force] [--json]
     nvhook sim prestart [--with-nvidia-dir]      (an OCI prestart hook: state on stdin)
 
 `create` builds a driver root in DIR (see nvmount.sim); `nvhook --config DIR/config.toml ...`
@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="persistenced/fabricmanager sockets and /tmp/nvidia-mps")
     create.add_argument("--imex-channels", type=int, default=1, metavar="N")
     create.add_argument("--no-32bit", action="store_true", help="skip the 32-bit libraries")
+    create.add_argument("--build-cache", default=None, metavar="CACHE",
+                        help="keep/reuse the compiled libraries and binaries in CACHE")
     create.add_argument("--force", action="store_true",
                         help="replace an earlier simulated root in DIR")
     create.add_argument("--json", action="store_true", help="print nvsim.json")
@@ -88,8 +90,10 @@ def _spec(args: argparse.Namespace) -> SimSpec:
 def _create(args: argparse.Namespace, opts: GlobalOptions) -> int:
     from nvmount.sim import create_sim_root
 
-    path = os.path.join(opts.cwd or os.getcwd(), args.dir)
-    sim = create_sim_root(path, _spec(args), force=args.force)
+    cwd = opts.cwd or os.getcwd()
+    cache = os.path.join(cwd, args.build_cache) if args.build_cache else None
+    sim = create_sim_root(os.path.join(cwd, args.dir), _spec(args), force=args.force,
+                          cache_dir=cache)
     if args.json:
         with open(os.path.join(sim.path, "nvsim.json"), encoding="utf-8") as f:
             sys.stdout.write(f.read())

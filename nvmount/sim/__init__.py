@@ -35,8 +35,12 @@ __all__ = [
 
 
 def create_sim_root(path: str | os.PathLike[str], spec: SimSpec | None = None,
-                    force: bool = False) -> SimRoot:
-    """Build a simulated driver root for `spec` (default: 8 A100s, no MIG) at `path`."""
+                    force: bool = False,
+                    cache_dir: str | os.PathLike[str] | None = None) -> SimRoot:
+    """Build a simulated driver root for `spec` (default: 8 A100s, no MIG) at `path`.
+
+    `force` replaces an earlier simulated root at `path`; `cache_dir` keeps the compiled
+    libraries and binaries so that later roots with the same versions skip gcc."""
     from nvmount.sim.build import create_sim_root as _create
 
-    return _create(path, spec if spec is not None else SimSpec(), force)
+    return _create(path, spec if spec is not None else SimSpec(), force, cache_dir)

@@ -19,14 +19,7 @@ from pathlib import Path
 
 from nvmount.errors import SimError
 from nvmount.sim import catalog, devices, procfs
-from nvmount.sim.compile import (
-    Toolchain,
-    build_library,
-    build_program,
-    compile_object,
-    find_toolchain,
-    link_stub,
-)
+from nvmount.sim.artifacts import install_artifacts, obtain_artifacts
 from nvmount.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvmount.sim.topology import build_gpus
 
@@ -45,9 +38,11 @@ def cuda_version_int(text: str) -> int:
     return int(match.group(1)) * 1000 + int(match.group(2)) * 10
 
 
-def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = False) -> SimRoot:
+def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = False,
+                    cache_dir: str | os.PathLike[str] | None = None) -> SimRoot:
     """Build a simulated driver root for `spec` at `path` (created; must be empty unless
-    `force`, which replaces an earlier simulated root there)."""
+    `force`, which replaces an earlier simulated root there). `cache_dir` keeps compiled
+    libraries and binaries for reuse by later roots."""
     if not _VERSION_RE.match(spec.driver_version):
         raise SimError(f"simulate driver version {spec.driver_version!r}: not a version "
                        "(use digits and dots, e.g. 550.54.15)")
@@ -57,11 +52,15 @@ def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = F
     _prepare(root, force)
     try:
         with tempfile.TemporaryDirectory(prefix="nvsim-build-") as work:
-            tc = find_toolchain(spec.driver_version, cuda, Path(work), spec.compat32)
-            libs = _build_libraries(root, tc, Path(work), m32=False)
-            libs32 = _build_libraries(root, tc, Path(work), m32=True) if tc.m32 else ()
-            binaries = _build_binaries(root, tc, Path(work))
-        _run_ldconfig(root, bool(libs32))
+            stage = obtain_artifacts(spec.driver_version, cuda, spec.compat32,
+                                     Path(cache_dir) if cache_dir is not None else None,
+                                     Path(work))
+            with32 = install_artifacts(stage, root)
+        libs = _library_files(root, spec.driver_version, m32=False)
+        libs32 = _library_files(root, spec.driver_version, m32=True) if with32 else ()
+        binaries = tuple(SimFile(path=f"{root}/usr/bin/{name}", path_rel=f"/usr/bin/{name}",
+                                 group=group, name=name) for name, group in catalog.BINARIES)
+        _run_ldconfig(root, with32)
         firmware = _write_firmware(root, spec.driver_version)
         nodes, real_nodes = devices.make_nodes(root, spec, gpus)
         procfs.write_proc(root, spec, gpus)
@@ -96,52 +95,19 @@ def _prepare(root: Path, force: bool) -> None:
     root.mkdir(parents=True, exist_ok=True)
 
 
-def _build_libraries(root: Path, tc: Toolchain, work: Path, m32: bool) -> tuple[SimFile, ...]:
+def _library_files(root: Path, version: str, m32: bool) -> tuple[SimFile, ...]:
+    """The installed libraries' records; adds the installer's unversioned dev links."""
     lib_dir_rel = catalog.LIB32_DIR if m32 else catalog.LIB_DIR
     lib_dir = root / lib_dir_rel.lstrip("/")
-    lib_dir.mkdir(parents=True, exist_ok=True)
-    suffix = "32" if m32 else "64"
-    stub = compile_object(tc, "stub.c", work / f"stub{suffix}.o", m32)
-    tls = compile_object(tc, "stub.c", work / f"tls{suffix}.o", m32, "-DNVSIM_ABI_NOTE")
-    # A link-time stand-in for libc: every stub DT_NEEDs libc.so.6 as the real ones do (so
-    # ldconfig marks 32-bit entries "libc6", not plain "ELF") without the cost of linking
-    # against the real libc 60 times.
-    libc = work / f"libc{suffix}.so.6"
-    link_stub(tc, stub, libc, "libc.so.6", m32)
-    by_name = {lib.name: lib for lib in catalog.LIBRARIES}
     files = []
     for lib in catalog.LIBRARIES:
         if m32 and not lib.has32:
             continue
-        out = lib_dir / lib.file_name(tc.driver_version)
-        soname = lib.soname(tc.driver_version)
-        if lib.source == "nvml":
-            build_library(tc, "fake_nvml.c", out, soname, m32)
-        elif lib.source == "cuda":
-            build_library(tc, "fake_cuda.c", out, soname, m32)
-        else:
-            needed = (libc, *(lib_dir / by_name[n].file_name(tc.driver_version)
-                              for n in lib.needs))
-            link_stub(tc, tls if lib.source == "tls" else stub, out, soname, m32, needed)
+        name = lib.file_name(version)
         if lib.dev_link:  # to the file itself: ldconfig then lists it (libcuda.so => ...)
-            (lib_dir / lib.name).symlink_to(out.name)
-        files.append(SimFile(path=str(out), path_rel=f"{lib_dir_rel}/{out.name}",
-                             group=lib.group, name=lib.name, soname=soname))
-    return tuple(files)
-
-
-def _build_binaries(root: Path, tc: Toolchain, work: Path) -> tuple[SimFile, ...]:
-    bin_dir = root / "usr/bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    build_program(tc, "nvidia_smi.c", bin_dir / "nvidia-smi", "-ldl")
-    tool = work / "tool_stub"
-    build_program(tc, "tool_stub.c", tool)
-    files = []
-    for name, group in catalog.BINARIES:
-        if name != "nvidia-smi":
-            shutil.copy2(tool, bin_dir / name)
-        files.append(SimFile(path=str(bin_dir / name), path_rel=f"/usr/bin/{name}",
-                             group=group, name=name))
+            (lib_dir / lib.name).symlink_to(name)
+        files.append(SimFile(path=str(lib_dir / name), path_rel=f"{lib_dir_rel}/{name}",
+                             group=lib.group, name=lib.name, soname=lib.soname(version)))
     return tuple(files)
 
 
@@ -159,7 +125,7 @@ def _run_ldconfig(root: Path, with32: bool) -> None:
                           check=False)
     if proc.returncode != 0 or not (etc / "ld.so.cache").is_file():
         raise SimError(f"build ld.so.cache: {ldconfig} -r {root} exited with "
-                       f"{proc.returncode}: {proc.stderr.strip()} (ldconfig -r needs root)")
+                       f"{proc.returncode}: {proc.stderr.strip()} (is the directory writable?)")
 
 
 def _write_firmware(root: Path, version: str) -> tuple[SimFile, ...]:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,50 @@ def test_fake_cuda_without_a_driver(sim_root: SimRoot) -> None:
         env={"NVSIM_ROOT": "/nonexistent", "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip() == "100"
+
+
+def test_nvsim_fail_reaches_cuda(sim_root: SimRoot) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).cuInit(0))",
+         f"{sim_root.lib_dir}/libcuda.so.1"],
+        capture_output=True, text=True, check=True,
+        env={"NVSIM_FAIL": "cuInit:CUDA_ERROR_UNKNOWN", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.strip() == "999"
+
+
+PROBE32 = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*init)(void), (*count)(unsigned *), (*handle)(unsigned, void **);
+    int (*uuid)(void *, char *, unsigned);
+    unsigned n = 0, i;
+    char text[96];
+    void *h;
+    if (lib == NULL) { printf("dlopen: %s\n", dlerror()); return 1; }
+    *(void **)&init = dlsym(lib, "nvmlInit_v2");
+    *(void **)&count = dlsym(lib, "nvmlDeviceGetCount_v2");
+    *(void **)&handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    *(void **)&uuid = dlsym(lib, "nvmlDeviceGetUUID");
+    if (init() != 0 || count(&n) != 0) return 2;
+    for (i = 0; i < n; ++i) {
+        if (handle(i, &h) != 0 || uuid(h, text, sizeof(text)) != 0) return 3;
+        printf("%s\n", text);
+    }
+    return 0;
+}
+"""
+
+
+def test_32bit_nvml_finds_the_same_gpus(sim_root: SimRoot, tmp_path: Path) -> None:
+    if not sim_root.lib32_dir:
+        pytest.skip("no 32-bit libraries (gcc-multilib missing)")
+    (tmp_path / "probe32.c").write_text(PROBE32)
+    subprocess.run(["gcc", "-m32", str(tmp_path / "probe32.c"), "-o", str(tmp_path / "probe32"),
+                    "-ldl"], check=True)
+    out = subprocess.run([str(tmp_path / "probe32")], capture_output=True, text=True,
+                         check=False, env={"LD_LIBRARY_PATH": sim_root.lib32_dir})
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.split() == [g.uuid for g in sim_root.gpus]
