@@ -15,10 +15,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from nvhook.errors import ConfigError
 from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
