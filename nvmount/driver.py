@@ -53,6 +53,7 @@ class DiscoveryOptions:
     # it; the kernel lists ~4300 lines, so a container start that does not ask can skip it)
     mig_minors: bool = True
     machine: str | None = None  # None: this machine (selects the ld.so.cache ABI flags)
+    nvml_timeout: float = 30.0  # seconds for the NVML helper process (nvml_worker)
 
 
 def discover_driver(
@@ -82,10 +83,10 @@ def discover_driver(
     if nvml is not None:
         facts = (nvml.driver_version(), nvml.cuda_version(), nvml.devices())
     else:
-        from nvmount._nvml import open_nvml
+        from nvmount.nvml_worker import query_nvml
 
-        with open_nvml(_nvml_path(droot, ldcache, entries, arches[0])) as session:
-            facts = (session.driver_version(), session.cuda_version(), session.devices())
+        facts = query_nvml(_nvml_path(droot, ldcache, entries, arches[0]),
+                           timeout=opts.nvml_timeout)
     return _inventory(droot, entries, arches, proc_root, facts, path_env, opts)
 
 
