@@ -7,7 +7,8 @@
  * id, that are not excluded, and whose <root>/dev/nvidia<minor> node exists and opens
  * without EPERM/EACCES (ENXIO is fine: there is no kernel driver behind the node). A
  * sim-only file `nvsim` next to `information` adds what the real file lacks (brand,
- * architecture, memory, MIG mode and MIG devices).
+ * architecture, memory, MIG mode and MIG devices); a MIG device is visible when both its
+ * GI and CI access capabilities are held (proc file plus /dev/nvidia-caps node).
  *
  * Inside a container the library sits in /usr/lib/x86_64-linux-gnu, the root is "/", and
  * only the GPUs whose proc dirs and /dev nodes the engine mounted are visible.
@@ -286,6 +287,62 @@ static int nvsim_node_visible(const char *root, unsigned minor)
     return errno != ENOENT && errno != EPERM && errno != EACCES && errno != ENOTDIR;
 }
 
+/* The DeviceFileMinor of a capability file under <root>/proc/driver/nvidia/capabilities. */
+static int nvsim_cap_minor(const char *root, const char *rel, unsigned *minor)
+{
+    char path[PATH_MAX], line[256], *key, *value;
+    FILE *f;
+    int found = 0;
+
+    nvsim_path(path, sizeof(path), root, rel);
+    f = fopen(path, "re");
+    if (f == NULL)
+        return -1;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        if (nvsim_split(line, &key, &value) && strcmp(key, "DeviceFileMinor") == 0)
+            found = sscanf(value, "%u", minor) == 1;
+    fclose(f);
+    return found ? 0 : -1;
+}
+
+/* A capability is held when its proc file names a minor whose /dev/nvidia-caps node exists
+ * and opens without EPERM/EACCES (a device cgroup or a missing mount hides it). */
+static int nvsim_cap_held(const char *root, const char *rel)
+{
+    char node[64], path[PATH_MAX];
+    unsigned minor;
+    int fd;
+
+    if (nvsim_cap_minor(root, rel, &minor) != 0)
+        return 0;
+    snprintf(node, sizeof(node), "/dev/nvidia-caps/nvidia-cap%u", minor);
+    nvsim_path(path, sizeof(path), root, node);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    return errno != ENOENT && errno != EPERM && errno != EACCES && errno != ENOTDIR;
+}
+
+/* Keeps the MIG devices whose GI and CI access capabilities this process holds, as NVML
+ * does: a container given one MIG device sees only that one under its parent GPU. */
+static void nvsim_filter_mig(const char *root, struct nvsim_gpu *g)
+{
+    char gi[128], ci[160];
+    int i, kept = 0;
+
+    for (i = 0; i < g->mig_count; ++i) {
+        snprintf(gi, sizeof(gi), "/proc/driver/nvidia/capabilities/gpu%u/mig/gi%u/access",
+                 g->minor, g->mig[i].gi);
+        snprintf(ci, sizeof(ci), "/proc/driver/nvidia/capabilities/gpu%u/mig/gi%u/ci%u/access",
+                 g->minor, g->mig[i].gi, g->mig[i].ci);
+        if (nvsim_cap_held(root, gi) && nvsim_cap_held(root, ci))
+            g->mig[kept++] = g->mig[i];
+    }
+    g->mig_count = kept;
+}
+
 static int nvsim_gpu_cmp(const void *a, const void *b)
 {
     const struct nvsim_gpu *x = a, *y = b;
@@ -342,6 +399,7 @@ static void nvsim_scan_gpus(struct nvsim_state *st)
             continue;
         snprintf(path, sizeof(path), "%s/%s/nvsim", dir, e->d_name);
         nvsim_parse_extras(path, g);
+        nvsim_filter_mig(st->root, g);
         if (nvsim_node_visible(st->root, g->minor))
             st->ngpus++;
     }

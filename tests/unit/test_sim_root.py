@@ -344,3 +344,18 @@ def test_build_cache_skips_the_compiler(tmp_path: Path, monkeypatch: pytest.Monk
     assert out.returncode == 0 and second.gpus[0].uuid in out.stdout
     with pytest.raises(SimError, match="no C compiler"):
         create_sim_root(tmp_path / "c", spec)
+
+
+def test_mig_devices_need_their_capabilities(sim_root_factory: SimRootFactory) -> None:
+    sim = sim_root_factory(SimSpec(gpus=1, mig=((0, ("3g.40gb", "2g.20gb", "1g.10gb")),)),
+                           private=True)
+    root, gpu = Path(sim.path), sim.gpus[0]
+    first, second, third = gpu.mig_devices
+    os.unlink(root / f"proc/driver/nvidia/capabilities/gpu0/mig/gi{first.gi}/ci0/access")
+    os.unlink(root / f"dev/nvidia-caps/nvidia-cap{second.gi_minor}")
+    out = run_smi(sim, "-L")
+    assert out.returncode == 0
+    assert out.stdout.splitlines() == [
+        f"GPU 0: {gpu.model} (UUID: {gpu.uuid})",
+        f"  MIG 1g.10gb     Device  0: (UUID: {third.uuid})",
+    ]
