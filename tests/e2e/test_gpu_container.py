@@ -8,18 +8,13 @@ library dirs, ldconfig -p, the procfs view and `nvidia-smi -L`; probes are cache
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from nvhook.demo_bundle import Runc, container_cgroup_dirs
-from nvhook.demo_driver import nvhook_hook_entry, sim_prestart_entry
 from nvhook.demo_rootfs import RootfsFlavor
-from nvmount.sim import SimRoot
 from tests.e2e.expected import (
     ALL_CAPS,
     Expected,
@@ -28,15 +23,7 @@ from tests.e2e.expected import (
     parse_caps,
     selected_gpus,
 )
-from tests.fixtures.containers import (
-    CGROUP2_RUNC,
-    ContainerFactory,
-    HostSnapshot,
-    Probe,
-    RootfsCache,
-    created_container,
-    probe,
-)
+from tests.fixtures.containers import CGROUP2_RUNC, GpuRig, HostSnapshot, created_container
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -52,48 +39,10 @@ for n in /dev/nvidia*; do msg=$( (exec 3<>$n) 2>&1 ); echo "node $n: ${msg:-open
 ENXIO, EPERM = "No such device or address", "Operation not permitted"
 
 
-@dataclass
-class GpuRig:
-    """The simulated driver, the installed hook and a container factory that uses both."""
-
-    sim: SimRoot
-    launcher: Path
-    config: Path
-    containers: ContainerFactory
-    baseline: ContainerFactory  # same containers with the sim step but without nvhook
-    probes: dict[tuple[tuple[str, ...], RootfsFlavor], Probe] = field(default_factory=dict)
-
-    def probe(self, env: tuple[str, ...] = (), flavor: RootfsFlavor = GLIBC) -> Probe:
-        key = (env, flavor)
-        if key not in self.probes:
-            self.probes[key] = probe(self.containers, env=env, flavor=flavor)
-        return self.probes[key]
-
-    def baseline_targets(self, flavor: RootfsFlavor = GLIBC) -> set[str]:
-        key = (("<baseline>",), flavor)
-        if key not in self.probes:
-            self.probes[key] = probe(self.baseline, flavor=flavor)
-        return self.probes[key].mount_targets()
-
-    def new_targets(self, env: tuple[str, ...], flavor: RootfsFlavor = GLIBC) -> set[str]:
-        return self.probe(env, flavor).mount_targets() - self.baseline_targets(flavor)
-
-    def expected(self, visible: str, caps: str = "utility,compute",
-                 flavor: RootfsFlavor = GLIBC) -> Expected:
-        return expected_exposure(self.sim, parse_caps(caps), selected_gpus(self.sim, visible),
-                                 libs_dir=flavor.libs_dir, libs32_dir=LIBS32[flavor])
-
-    def dry_run(self, env: tuple[str, ...], flavor: RootfsFlavor = GLIBC) -> dict[str, object]:
-        """The hook's `--dry-run` decision for a bundle with `env` (runs no container)."""
-        bundle = self.containers.bundle(["/bin/true"], env=env, flavor=flavor)
-        proc = subprocess.run(
-            [str(self.launcher), "--config", str(self.config), "prestart", "--dry-run"],
-            input=json.dumps({"pid": 0, "bundle": str(bundle)}), capture_output=True,
-            text=True, cwd=bundle, check=False, timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        result: dict[str, object] = json.loads(proc.stdout)
-        return result
+def expected(rig: GpuRig, visible: str, caps: str = "utility,compute",
+             flavor: RootfsFlavor = GLIBC) -> Expected:
+    return expected_exposure(rig.sim, parse_caps(caps), selected_gpus(rig.sim, visible),
+                             libs_dir=flavor.libs_dir, libs32_dir=LIBS32[flavor])
 
 
 def plan_targets(decision: dict[str, object]) -> set[str]:
@@ -103,17 +52,8 @@ def plan_targets(decision: dict[str, object]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def gpu(tmp_path_factory: pytest.TempPathFactory, rootfs_cache: RootfsCache,
-        runc_default: Runc, sim_root: SimRoot, hook_launcher: Path) -> GpuRig:
-    config = Path(sim_root.config_path)
-    step = sim_prestart_entry(config, hook_launcher)
-    hook = nvhook_hook_entry(hook_launcher, config)
-    work = tmp_path_factory.mktemp("gpu-e2e")
-    return GpuRig(
-        sim_root, hook_launcher, config,
-        ContainerFactory(work / "gpu", rootfs_cache, runc_default, (step, hook), tag="gpu"),
-        ContainerFactory(work / "base", rootfs_cache, runc_default, (step,), tag="gpu"),
-    )
+def gpu(gpu_rig: GpuRig) -> GpuRig:
+    return gpu_rig
 
 
 @pytest.fixture(autouse=True)
@@ -128,7 +68,7 @@ def host_unchanged(gpu: GpuRig) -> Iterator[None]:
 
 def test_glibc_rootfs_gets_libraries_soname_links_and_ldcache(gpu: GpuRig) -> None:
     p = gpu.probe(("NVIDIA_VISIBLE_DEVICES=all",))
-    exp = gpu.expected("all")
+    exp = expected(gpu, "all")
     assert exp.libs <= p.files()
     links = p.links()
     for link, target in exp.links.items():
@@ -141,7 +81,7 @@ def test_glibc_rootfs_gets_libraries_soname_links_and_ldcache(gpu: GpuRig) -> No
 
 def test_musl_like_rootfs_resolves_through_soname_links(gpu: GpuRig) -> None:
     p = gpu.probe(("NVIDIA_VISIBLE_DEVICES=0",), MUSL)
-    exp = gpu.expected("0", flavor=MUSL)
+    exp = expected(gpu, "0", flavor=MUSL)
     assert exp.libs <= p.files()
     assert p.links()["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] == "libnvidia-ml.so.550.54.15"
     assert p["ldconfig"] == []  # no ldconfig in the image: nvidia-smi loads through the links
@@ -150,7 +90,7 @@ def test_musl_like_rootfs_resolves_through_soname_links(gpu: GpuRig) -> None:
 
 def test_non_debian_layout_uses_usr_lib64(gpu: GpuRig) -> None:
     p = gpu.probe(("NVIDIA_VISIBLE_DEVICES=1",), NONDEB)
-    exp = gpu.expected("1", flavor=NONDEB)
+    exp = expected(gpu, "1", flavor=NONDEB)
     assert all(t.startswith("/usr/lib64/") for t in exp.libs)
     assert exp.libs <= p.files()
     assert not any("x86_64-linux-gnu" in t for t in gpu.new_targets(("NVIDIA_VISIBLE_DEVICES=1",),
@@ -182,7 +122,7 @@ def test_device_nodes_and_procfs_only_for_the_selected_gpus(gpu: GpuRig, sel: st
     visible = _visible(gpu, sel)
     p = gpu.probe((f"NVIDIA_VISIBLE_DEVICES={visible}",))
     gpus = selected_gpus(gpu.sim, visible)
-    assert set(p["dev"]) == set(gpu.expected(visible).devices)
+    assert set(p["dev"]) == set(expected(gpu, visible).devices)
     assert sorted(p["procgpus"]) == sorted(g.proc_bus_id for g in gpus)
     assert "ModifyDeviceFiles: 0" in p["params"]
     assert not any("ModifyDeviceFiles: 1" in line for line in p["params"])
@@ -206,7 +146,7 @@ def test_selected_gpu_opens_enxio_unselected_eperm(gpu: GpuRig, runc_kind: str) 
 
 def test_mount_options(gpu: GpuRig) -> None:
     p = gpu.probe(("NVIDIA_VISIBLE_DEVICES=all",))
-    exp = gpu.expected("all")
+    exp = expected(gpu, "all")
     for target in exp.libs | exp.bins | exp.firmware:
         assert {"ro", "nosuid", "nodev"} <= p.mount(target).options, target
     for target in exp.devices:
@@ -234,7 +174,7 @@ def test_no_gpu_container_gets_nothing(gpu: GpuRig, env: tuple[str, ...]) -> Non
 
 def test_none_gets_driver_files_but_no_gpu(gpu: GpuRig) -> None:
     env = ("NVIDIA_VISIBLE_DEVICES=none",)
-    exp = gpu.expected("none")
+    exp = expected(gpu, "none")
     assert gpu.new_targets(env) == exp.mount_targets()
     p = gpu.probe(env)
     assert set(p["dev"]) == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
@@ -248,7 +188,7 @@ CAP_SETS = ["utility", "compute", "video", "graphics", "display", "compat32", "n
 @pytest.mark.parametrize("caps", CAP_SETS)
 def test_capability_set_exposes_exactly_its_files(gpu: GpuRig, caps: str) -> None:
     env = ("NVIDIA_VISIBLE_DEVICES=2", f"NVIDIA_DRIVER_CAPABILITIES={caps}")
-    exp = gpu.expected("2", caps)
+    exp = expected(gpu, "2", caps)
     got = gpu.new_targets(env)
     assert got == exp.mount_targets(), (
         f"unexpected: {sorted(got - exp.mount_targets())}\n"
@@ -288,11 +228,7 @@ def test_manual_prestart_against_created_container(gpu: GpuRig, runc_default: Ru
     bundle = gpu.baseline.bundle(["/bin/sh", "-c", "nvidia-smi -L; ls /dev"],
                                  env=["NVIDIA_VISIBLE_DEVICES=4"])
     with created_container(bundle, runc_default, tag="manual") as ctr:
-        hook = subprocess.run(
-            [str(gpu.launcher), "--config", str(gpu.config), "prestart"],
-            input=json.dumps({"pid": ctr.pid, "bundle": str(bundle)}),
-            capture_output=True, text=True, cwd=bundle, check=False, timeout=60,
-        )
+        hook = gpu.run_hook({"pid": ctr.pid, "bundle": str(bundle)}, bundle)
         assert hook.returncode == 0, hook.stderr
         out, err = ctr.start_and_wait()
     assert gpu.sim.gpus[4].uuid in out, out + err
