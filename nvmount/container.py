@@ -48,6 +48,7 @@ class ContainerHandle:
         rootfs: str,
         layout: ContainerLayout,
         libc: Libc,
+        ns_rootfs: str = "",
     ) -> None:
         self.pid = pid
         self.pidfd = pidfd
@@ -59,6 +60,9 @@ class ContainerHandle:
         self.in_userns = in_userns
         self.cgroup = cgroup
         self.rootfs = rootfs
+        # the rootfs as seen inside the container's mount namespace: `rootfs` before runc's
+        # pivot_root (a prestart hook), "/" after it (a created or paused container)
+        self.ns_rootfs = ns_rootfs or rootfs
         self.layout = layout
         self._libc = libc
 
@@ -125,7 +129,8 @@ def open_container(
         owner = os.fstat(proc_fd)
         in_userns = parse_id_map(_read_at(proc_fd, "uid_map", pid)) != IDENTITY_UID_MAP
         cgroup = None if no_cgroups or in_userns else _find_cgroup(pid, proc_root)
-        layout = _layout_via_proc(proc_fd, rootfs, libc)
+        ns_rootfs = rootfs_in_namespace(proc_fd, rootfs)
+        layout = _layout_via_proc(proc_fd, ns_rootfs, libc)
         _check_alive(pidfd, pid, libc)
     except BaseException:
         for fd in (mntns_fd, proc_fd, pidfd):
@@ -137,7 +142,7 @@ def open_container(
     return ContainerHandle(
         pid=pid, pidfd=pidfd, proc_fd=proc_fd, mntns_fd=mntns_fd, mntns=mntns,
         uid=owner.st_uid, gid=owner.st_gid, in_userns=in_userns, cgroup=cgroup,
-        rootfs=rootfs, layout=layout, libc=libc,
+        rootfs=rootfs, layout=layout, libc=libc, ns_rootfs=ns_rootfs,
     )
 
 
@@ -245,13 +250,26 @@ def _find_cgroup(pid: int, proc_root: str) -> CgroupTarget | None:
     return find_cgroup(pid, proc_root)
 
 
-def _layout_via_proc(proc_fd: int, rootfs: str, libc: Libc) -> ContainerLayout:
+def rootfs_in_namespace(proc_fd: int, rootfs: str) -> str:
+    """Where the rootfs is inside the container's mount namespace: "/" when the container's
+    root already is the rootfs (runc pivoted: a created or paused container), else `rootfs`
+    (a prestart hook runs before pivot_root)."""
+    try:
+        inside = os.stat("root/", dir_fd=proc_fd)  # the trailing slash follows the magic link
+        host = os.stat(rootfs, follow_symlinks=False)
+    except OSError:
+        return rootfs
+    return "/" if (inside.st_dev, inside.st_ino) == (host.st_dev, host.st_ino) else rootfs
+
+
+def _layout_via_proc(proc_fd: int, ns_rootfs: str, libc: Libc) -> ContainerLayout:
     """Detect the layout through /proc/<pid>/root<rootfs>: the container namespace's view."""
     from nvmount.procfs import ProcFs
     from nvmount.rootfs import Root
 
+    path = "root/" if ns_rootfs == "/" else "root" + ns_rootfs
     with ProcFs.open(libc, private=False) as procfs, Root.open(
-        "root" + rootfs, libc, dir_fd=proc_fd, procfs=procfs
+        path, libc, dir_fd=proc_fd, procfs=procfs, ns_root=ns_rootfs == "/"
     ) as root:
         return detect_layout(root)
 

@@ -82,8 +82,8 @@ class Run:
         sources = clone_sources(self.plan, self.libc, self.faults)
         try:
             with entered(self.handle.mntns_fd, self.libc):
-                root = Root.open(self.handle.rootfs, self.libc, procfs=procfs,
-                                 require_proc_dir=True)
+                root = Root.open(self.handle.ns_rootfs, self.libc, procfs=procfs,
+                                 require_proc_dir=True, ns_root=self.handle.ns_rootfs == "/")
                 self.stack.callback(root.close)
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
@@ -128,7 +128,7 @@ class Run:
             self.faults("ldconfig")
         except OSError as err:
             raise LdcacheError(f"run ldconfig {path}: {err.strerror}") from err
-        result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.rootfs,
+        result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.ns_rootfs,
                               dirs=self.plan.ldconfig_dirs, ldconfig_path=path,
                               uid=self.handle.uid, gid=self.handle.gid,
                               timeout=self.options.ldconfig_timeout, libc=self.libc)

@@ -77,12 +77,15 @@ class Root:
         dir_fd: int | None = None,
         procfs: ProcFs | None = None,
         require_proc_dir: bool = False,
+        ns_root: bool = False,
     ) -> Root:
         """Open the rootfs at `host_path` (relative to `dir_fd`) O_PATH|O_DIRECTORY|O_NOFOLLOW.
 
         Refuses a rootfs that is itself a symlink. With `require_proc_dir`, refuses a rootfs
         whose `/proc` is not an ordinary directory (CVE-2023-27561 class). Without `procfs`,
-        opens (and owns) a verified procfs handle. Raises PathError.
+        opens (and owns) a verified procfs handle. A rootfs whose kernel path is "/" is
+        refused unless `ns_root` says it is the root of the container's own mount namespace
+        (a container after runc's pivot_root: created or paused). Raises PathError.
         """
         from nvmount.procfs import ProcFs
 
@@ -99,7 +102,8 @@ class Root:
             if procfs is None:
                 procfs = ProcFs.open(libc)
             prefix = procfs.fd_path(fd)
-            if not prefix.startswith("/") or prefix.endswith(" (deleted)") or prefix == "/":
+            if (not prefix.startswith("/") or prefix.endswith(" (deleted)")
+                    or (prefix == "/" and not ns_root)):
                 raise PathError(f"open rootfs {host_path}: resolves to {prefix!r} (not usable)")
             root = cls(fd, host_path, prefix, libc, procfs, owns)
         except BaseException:
@@ -155,6 +159,8 @@ class Root:
         path = self._procfs.fd_path(fd)
         if path == self.prefix:
             return "/"
+        if self.prefix == "/" and path.startswith("/") and not path.endswith(" (deleted)"):
+            return path  # the namespace's root is the rootfs: everything reachable is inside
         if path.startswith(self.prefix + "/") and not path.endswith(" (deleted)"):
             return path[len(self.prefix):]
         raise PathError(

@@ -250,10 +250,10 @@ def test_a_fault_at_every_step_all_gpus_all_caps(sim_root: SimRoot, rootfs: Path
 
 
 # -- dry run ------------------------------------------------------------------------------
-def _plan_without_privileges(sim: SimRoot, rootfs: str) -> tuple[int, int, list[str]]:
-    from nvmount import privileges
-
-    privileges.limit_permitted(())  # no capability at all from here on
+def _plan_as_nobody(sim: SimRoot, rootfs: str) -> tuple[int, int, list[str]]:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)  # no capabilities, no root
     plan = plan_only(EngineRequest(devices="all", capabilities=C.UTILITY | C.COMPUTE), rootfs,
                      options(sim), Libc())
     assert plan is not None
@@ -261,14 +261,25 @@ def _plan_without_privileges(sim: SimRoot, rootfs: str) -> tuple[int, int, list[
                                                    plan.device_rules]
 
 
-def test_plan_only_needs_no_privileges(sim_root: SimRoot, rootfs: Path) -> None:
+def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
+    import shutil
+    import tempfile
+
+    from nvmount.sim import SimSpec, create_sim_root
     from tests.unit._privns import in_private_ns
 
-    before = listing(str(rootfs))
-    entries, binds, rules = in_private_ns(_plan_without_privileges, sim_root, str(rootfs))
-    assert entries == 59 and binds == 45  # 8 GPUs, utility+compute, IPC on
-    assert rules[0] == "195:255" and len(rules) == 11
-    assert listing(str(rootfs)) == before
+    top = Path(tempfile.mkdtemp(prefix="nvhook-dry-"))
+    try:
+        top.chmod(0o755)  # readable by nobody, unlike pytest's temp dirs
+        sim = create_sim_root(top / "sim", SimSpec(gpus=8, ipc=True))
+        rootfs = copy_rootfs(rootfs_cache.get(RootfsFlavor.GLIBC), top / "rootfs")
+        before = listing(str(rootfs))
+        entries, binds, rules = in_private_ns(_plan_as_nobody, sim, str(rootfs))
+        assert entries == 59 and binds == 45  # 8 GPUs, utility+compute, IPC on
+        assert rules[0] == "195:255" and len(rules) == 11
+        assert listing(str(rootfs)) == before
+    finally:
+        shutil.rmtree(top)
 
 
 def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
