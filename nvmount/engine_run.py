@@ -85,6 +85,7 @@ class Run:
                 root = Root.open(self.handle.ns_rootfs, self.libc, procfs=procfs,
                                  require_proc_dir=True, ns_root=self.handle.ns_rootfs == "/")
                 self.stack.callback(root.close)
+                root.check_proc_mounted()
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
                                      faults=self.faults)

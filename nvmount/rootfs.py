@@ -131,6 +131,27 @@ class Root:
                 f"(found {type_name(st.st_mode)})"
             )
 
+    def check_proc_mounted(self) -> None:
+        """PathError unless the rootfs's /proc is a procfs mount. Runtimes mount it before any
+        prestart hook runs, so a plain directory means `root.path` is not the container's
+        rootfs (e.g. a host directory that has a proc/ subdirectory) and nothing may be
+        created there (F16); a tmpfs or other mount over it means /proc was replaced."""
+        from nvmount._libc import PROC_SUPER_MAGIC
+
+        try:
+            fd = os.open("proc", _PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+        except OSError as err:
+            raise self._error("check", "/proc", err) from err
+        try:
+            magic = self.libc.fstatfs_type(fd)
+        finally:
+            os.close(fd)
+        if magic != PROC_SUPER_MAGIC:
+            raise PathError(
+                f"check /proc in rootfs {self.host_path}: not a procfs mount (runtimes mount "
+                "/proc before prestart hooks: is root.path the container's rootfs?)"
+            )
+
     # -- lookups ----------------------------------------------------------------------------
     def open_path(self, path: str, flags: int = 0, *, follow: bool = True) -> int:
         """Open container `path` inside the root; returns an fd the caller closes.
