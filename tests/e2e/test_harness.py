@@ -74,3 +74,21 @@ def test_device_cgroup_denies_mknod_node_by_default(
     assert "0::/nvhook-" in res.stdout
     assert (":devices:/nvhook-" in res.stdout) == (runc_kind == "v1")
     assert container_cgroup_dirs(res.container_id) == []
+
+
+@pytest.mark.parametrize(("line", "flagged"), [
+    ("0 / /tmp/pytest-of-root/pytest-1/b/rootfs/usr/lib/x rw - ext4 /dev/vda rw", True),
+    ("0 / /proc/driver/nvidia rw - tmpfs tmpfs rw", True),
+    ("0 / /var/lib/docker/overlay2/abc/merged rw - overlay overlay rw", False),
+], ids=["bundle-path", "driver-path", "other-daemon"])
+def test_host_snapshot_flags_only_mounts_that_could_be_ours(line: str, flagged: bool) -> None:
+    snap = HostSnapshot()
+    snap.mounts = [*snap.mounts, line]  # as if `line` had been unmounted since
+    if flagged:
+        with pytest.raises(AssertionError, match="host mounts changed"):
+            snap.assert_unchanged()
+    else:
+        snap.assert_unchanged()
+    snap.strict = True
+    with pytest.raises(AssertionError, match="host mounts changed"):
+        snap.assert_unchanged()
