@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,9 +27,12 @@ def test_child_answers_like_an_in_process_session(sim_mig_root: SimRoot) -> None
 
 
 def test_nvml_is_never_loaded_into_the_calling_process(sim_root: SimRoot) -> None:
-    query_nvml(_nvml(sim_root))
-    maps = Path("/proc/self/maps").read_text()
-    assert os.path.realpath(_nvml(sim_root)) not in maps
+    # a fresh interpreter: other tests load NVML into this one on purpose
+    script = ("import sys; from nvmount.nvml_worker import query_nvml; "
+              "query_nvml(sys.argv[1]); print(open('/proc/self/maps').read())")
+    out = subprocess.run([sys.executable, "-c", script, _nvml(sim_root)], check=True,
+                         capture_output=True, text=True).stdout
+    assert "libnvidia-ml" not in out and os.path.realpath(_nvml(sim_root)) not in out
 
 
 def test_nvml_errors_cross_the_pipe(sim_root: SimRoot, monkeypatch: pytest.MonkeyPatch) -> None:
