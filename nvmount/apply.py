@@ -110,9 +110,11 @@ class _Applier:
     """State of one `apply_plan` run."""
 
     def __init__(self, root: Root, sources: Sources, journal: Journal, libc: Libc,
-                 procfs: ProcFs, owner: tuple[int, int], faults: Faults) -> None:
+                 procfs: ProcFs, owner: tuple[int, int], faults: Faults,
+                 host_peers: frozenset[int] = frozenset()) -> None:
         self.root, self.sources, self.journal = root, sources, journal
         self.libc, self.procfs, self.owner, self.faults = libc, procfs, owner, faults
+        self.host_peers = host_peers
         self.tmpfs: list[tuple[Tmpfs, int]] = []
         self.tmpfs_devs: set[int] = set()  # entries on our tmpfs mounts go with the mount
         self.counts = {"mounts": 0, "files": 0, "symlinks": 0, "created": 0}
@@ -136,7 +138,8 @@ class _Applier:
 
     def attach(self, tree: int, target_fd: int, target: str) -> None:
         try:
-            mounts.attach(tree, target_fd, self.libc, what=target, procfs=self.procfs)
+            mounts.attach(tree, target_fd, self.libc, what=target, procfs=self.procfs,
+                          host_peers=self.host_peers)
         except MountError:
             self._detach_quietly(tree, target)  # attached but not made private: take it off
             raise
@@ -237,17 +240,20 @@ def apply_plan(
     procfs: ProcFs,
     owner: tuple[int, int] = (0, 0),
     faults: Faults | None = None,
+    host_peers: frozenset[int] = frozenset(),
 ) -> ApplyResult:
     """Execute `plan` in order inside the current (container) mount namespace.
 
     Takes ownership of the `sources` fds (closed when the journal is committed or rolled
     back). Files and mountpoints are created as `owner` (uid, gid). On failure the journal
     is rolled back here, still inside the namespace, and the error (naming the step) raised.
+    `host_peers` (`mounts.peer_groups` of the hook's namespace): targets on a mount in one of
+    these peer groups are refused, the mount would propagate to the host.
     """
     faults = faults or Faults()
     fds = list(sources.values())
     journal.on_close(lambda: close_fds(fds))
-    applier = _Applier(root, sources, journal, libc, procfs, owner, faults)
+    applier = _Applier(root, sources, journal, libc, procfs, owner, faults, host_peers)
     try:
         for entry in plan.entries:
             applier.run(entry)

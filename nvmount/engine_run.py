@@ -75,10 +75,12 @@ class Run:
 
     def _mount(self, procfs: ProcFs) -> ApplyResult:
         from nvmount.apply import apply_plan, clone_sources, close_sources
+        from nvmount.mounts import peer_groups
         from nvmount.namespace import entered
         from nvmount.rootfs import Root
 
         self.handle.check_alive()
+        host_peers = peer_groups(procfs)  # before setns: the peer groups of the host
         sources = clone_sources(self.plan, self.libc, self.faults)
         try:
             with entered(self.handle.mntns_fd, self.libc):
@@ -88,7 +90,7 @@ class Run:
                 root.check_proc_mounted()
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
-                                     faults=self.faults)
+                                     faults=self.faults, host_peers=host_peers)
         finally:
             if not len(self.mounts):
                 close_sources(sources)

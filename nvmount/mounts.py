@@ -118,19 +118,29 @@ def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -
 
 
 def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
-           procfs: ProcFs | None = None) -> None:
+           procfs: ProcFs | None = None, host_peers: frozenset[int] = frozenset()) -> None:
     """move_mount the detached tree onto the verified target fd (F_EMPTY_PATH|T_EMPTY_PATH).
 
     Never MOVE_MOUNT_T_SYMLINKS. After the attach the mount is made private again: a mount
     attached under a shared parent joins the parent's peer group (and a copy appears at the
     peers - this cannot be prevented without changing the parent, so with `procfs` given it
     is logged as a warning); making ours private stops anything mounted beneath it, and its
-    unmount, from propagating. `tree_fd` then refers to the attached mount. `what` (a
-    container path) names the target in errors.
+    unmount, from propagating. A target on a mount whose peer group is one of `host_peers`
+    (the peer groups of the hook's own namespace, `peer_groups` read before setns) is
+    refused: the copy would appear on the host (an image linking a lib dir into an rshared
+    volume, T-LEAK). `tree_fd` then refers to the attached mount. `what` (a container path)
+    names the target in errors.
     """
     from nvmount import _libc
 
-    if procfs is not None and is_shared(target_fd, procfs):
+    groups = shared_groups(target_fd, procfs) if procfs is not None else frozenset()
+    if groups & host_peers:
+        raise MountError(
+            f"attach mount at {what}: the target is on a mount shared with the host (peer group "
+            f"{min(groups & host_peers)}); the mount would propagate out of the container "
+            "(do not mount a shared volume where driver files go)"
+        )
+    if groups:
         log.warning("%s is on a shared mount: the mount propagates to its peers", what)
     flags = _libc.MOVE_MOUNT_F_EMPTY_PATH | _libc.MOVE_MOUNT_T_EMPTY_PATH
     try:
@@ -211,11 +221,26 @@ def mountinfo_line(mnt_id: int, procfs: ProcFs) -> str | None:
 
 def is_shared(fd: int, procfs: ProcFs) -> bool:
     """Whether the mount `fd` is on has shared propagation (a `shared:N` tag)."""
+    return bool(shared_groups(fd, procfs))
+
+
+def shared_groups(fd: int, procfs: ProcFs) -> frozenset[int]:
+    """The peer group of the mount `fd` is on ({N} of a `shared:N` tag; empty if private)."""
     line = mountinfo_line(procfs.mount_id(fd), procfs)
-    if line is None:
-        return False
+    return frozenset() if line is None else _shared_tags(line)
+
+
+def peer_groups(procfs: ProcFs) -> frozenset[int]:
+    """Every peer group of the current mount namespace (call it before setns: the host's)."""
+    groups: set[int] = set()
+    for line in procfs.read("thread-self/mountinfo").splitlines():
+        groups |= _shared_tags(line)
+    return frozenset(groups)
+
+
+def _shared_tags(line: str) -> frozenset[int]:
     optional = line.split(" - ", 1)[0].split()[6:]
-    return any(tag.startswith("shared:") for tag in optional)
+    return frozenset(int(t[7:]) for t in optional if t.startswith("shared:") and t[7:].isdigit())
 
 
 def _strerror(err: OSError) -> str:
