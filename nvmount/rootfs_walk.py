@@ -18,7 +18,6 @@ import errno
 import logging
 import os
 import posixpath
-import secrets
 import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -250,7 +249,7 @@ class Walker:
         else:
             log.info("keep existing %s (not replacing it with a symlink)", where)
             return
-        tmp = f".nvhook-{secrets.token_hex(8)}"
+        tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
         os.symlink(link_text, tmp, dir_fd=pfd)
         try:
             os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
