@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
-import platform
 import struct
 from collections.abc import Callable
 
@@ -125,7 +124,7 @@ class Libc:
         self._lib = ctypes.CDLL(None, use_errno=True)
         self._syscall = self._lib.syscall
         self._syscall.restype = ctypes.c_long
-        machine = platform.machine()
+        machine = os.uname().machine  # = platform.machine() on Linux, without its import
         if machine not in _ARCH_SYSCALLS:
             raise OSError(_errno.ENOSYS, f"unsupported architecture {machine}")
         self._nr = {**_COMMON_SYSCALLS, **_ARCH_SYSCALLS[machine]}

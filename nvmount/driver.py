@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,10 +73,10 @@ def discover_driver(
     """
     opts = options or DiscoveryOptions()
     droot = DriverRoot(root)
-    arches = MACHINE_ARCHES.get(opts.machine or platform.machine())
+    machine = opts.machine or os.uname().machine  # platform.machine(), without its import
+    arches = MACHINE_ARCHES.get(machine)
     if arches is None:
-        raise DriverError(f"discover driver: unsupported architecture "
-                          f"{opts.machine or platform.machine()} (supported: "
+        raise DriverError(f"discover driver: unsupported architecture {machine} (supported: "
                           f"{', '.join(MACHINE_ARCHES)})")
     entries = _read_cache(droot, ldcache)
     if nvml is not None:
