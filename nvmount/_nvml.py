@@ -18,9 +18,12 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from nvmount.errors import DriverError, NvmlError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +117,16 @@ class NvmlDevice:
     migs: tuple[NvmlMig, ...] = ()
 
 
-class Nvml(Protocol):
-    """What discovery needs from NVML; `NvmlSession` is the real one."""
+if TYPE_CHECKING:  # a type only (no run-time use): defining it needs typing (~2 ms)
 
-    def driver_version(self) -> str: ...
+    class Nvml(Protocol):
+        """What discovery needs from NVML; `NvmlSession` is the real one."""
 
-    def cuda_version(self) -> str: ...
+        def driver_version(self) -> str: ...
 
-    def devices(self) -> tuple[NvmlDevice, ...]: ...
+        def cuda_version(self) -> str: ...
+
+        def devices(self) -> tuple[NvmlDevice, ...]: ...
 
 
 class _CallFailed(Exception):

@@ -35,11 +35,11 @@ import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nvmount.cgroup import NoChange, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
     from nvmount.cgroup import CgroupChange

@@ -33,7 +33,6 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from nvmount.capabilities import DriverCapability
 from nvmount.errors import DriverError, NvmlError
@@ -41,6 +40,7 @@ from nvmount.faults import Faults
 from nvmount.plan_types import UNGATED, CompatMode, MountPlan, PlanOptions, ProcFile
 from nvmount.timing import PhaseTimer
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
     from nvmount.apply import ApplyResult

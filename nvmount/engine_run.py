@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nvmount.errors import LdcacheError, NvmountError
 from nvmount.faults import Faults
 from nvmount.plan_types import MountPlan
 from nvmount.timing import PhaseTimer
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
     from nvmount.apply import ApplyResult

@@ -20,10 +20,10 @@ import os
 import posixpath
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nvmount.errors import PathError
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount.rootfs import Root
 
