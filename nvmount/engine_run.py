@@ -62,9 +62,11 @@ class Run:
             with self.timer.phase("mounts"), P.stage(P.Stage.MOUNT):
                 applied = self._mount(procfs)
             with self.timer.phase("cgroup"), P.stage(P.Stage.CGROUP):
+                self._still_alive("after the mounts")
                 cgroup = self._cgroup()
             with self.timer.phase("ldcache"), P.stage(P.Stage.LDCACHE):
                 ldconfig = self._ldconfig()
+                self._still_alive("after ldconfig")
         except BaseException as err:
             self._rollback(err)
             raise
@@ -72,6 +74,16 @@ class Run:
         for change in self.cgroup_changes:
             change.close()
         return Effects(applied, cgroup, ldconfig, tuple(self.warnings))
+
+    def _still_alive(self, when: str) -> None:
+        """The container's init must outlive every phase: when it died (the runtime gives up
+        on the container), undo everything instead of finishing on a dead container."""
+        from nvmount.errors import ContainerError
+
+        try:
+            self.handle.check_alive()
+        except ContainerError as err:
+            raise ContainerError(f"{when}: {err}") from err
 
     def _mount(self, procfs: ProcFs) -> ApplyResult:
         from nvmount.apply import apply_plan, clone_sources, close_sources
@@ -131,6 +143,7 @@ class Run:
             self.faults("ldconfig")
         except OSError as err:
             raise LdcacheError(f"run ldconfig {path}: {err.strerror}") from err
+        self._still_alive("before ldconfig")  # its cache rewrite is the one effect kept
         result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.ns_rootfs,
                               dirs=self.plan.ldconfig_dirs, ldconfig_path=path,
                               uid=self.handle.uid, gid=self.handle.gid,

@@ -12,6 +12,10 @@ Arming from the environment needs all three of:
   an empty prefix matches every step, so `NVHOOK_FAULT=:7` fails the 7th effect),
 - a debug run (`--debug` or `nvidia-container-cli.debug` set).
 
+With `NVHOOK_FAULT_SLEEP=<seconds>` as well, the matching step sleeps that long and then
+goes on instead of failing: a test can kill the container init while the hook waits at a
+chosen step ("a container that dies mid-way").
+
 Image env never reaches the hook (runc runs hooks with the hook entry's own env), and the
 two variables plus debug keep a stray variable from breaking production starts. When the
 prefix itself contains a `:`, always give the count (`cgroup allow c 195:0:1`).
@@ -27,14 +31,17 @@ log = logging.getLogger(__name__)
 
 ENV_FAULT = "NVHOOK_FAULT"
 ENV_ENABLE = "NVHOOK_TEST_FAULTS"
+ENV_SLEEP = "NVHOOK_FAULT_SLEEP"
+MAX_SLEEP = 60.0
 
 
 class Faults:
     """Records steps; when armed, raises OSError(EIO) at the nth step matching `prefix`."""
 
-    def __init__(self, prefix: str | None = None, nth: int = 1) -> None:
+    def __init__(self, prefix: str | None = None, nth: int = 1, sleep: float = 0.0) -> None:
         self.prefix = prefix  # None: never fail
         self.nth = nth
+        self.sleep = sleep  # > 0: sleep at the step instead of failing
         self.steps: list[str] = []
         self._matched = 0
 
@@ -53,7 +60,12 @@ class Faults:
         if spec is None or environ.get(ENV_ENABLE) != "1" or not debug:
             return cls()
         log.warning("fault injection armed: %s=%s", ENV_FAULT, spec)
-        return cls.parse(spec)
+        faults = cls.parse(spec)
+        try:
+            faults.sleep = min(max(float(environ.get(ENV_SLEEP, "0")), 0.0), MAX_SLEEP)
+        except ValueError:
+            faults.sleep = 0.0
+        return faults
 
     @property
     def armed(self) -> bool:
@@ -65,6 +77,11 @@ class Faults:
         if self.prefix is None or not step.startswith(self.prefix):
             return
         self._matched += 1
-        if self._matched == self.nth:
+        if self._matched == self.nth and self.sleep > 0:
+            import time
+
+            log.warning("sleeping %.2fs at step %r", self.sleep, step)
+            time.sleep(self.sleep)
+        elif self._matched == self.nth:
             log.warning("injecting a fault at step %r", step)
             raise OSError(errno.EIO, f"injected fault ({ENV_FAULT}={self.prefix}:{self.nth})")
