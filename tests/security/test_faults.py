@@ -77,7 +77,7 @@ def _assert_unchanged(rep: dict[str, Any], *, alive: bool = True) -> None:
 def _injected_step(stderr: str) -> str:
     found = re.findall(r"injecting a fault at step '(.*)'", stderr)
     assert len(found) == 1, stderr[-2000:]
-    return found[0]
+    return str(found[0])
 
 
 def _last_line(stderr: str) -> str:

@@ -19,15 +19,16 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 
-def rootfs_of(state):
+def rootfs_of(state: dict[str, Any]) -> str:
     with open(os.path.join(state["bundle"], "config.json")) as f:
-        root = json.load(f)["root"]["path"]
+        root = str(json.load(f)["root"]["path"])
     return root if os.path.isabs(root) else os.path.join(state["bundle"], root)
 
 
-def listing(top):
+def listing(top: str) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(top):
         if dirpath == top:
@@ -42,7 +43,7 @@ def listing(top):
     return sorted(out)
 
 
-def devices_dir(pid):
+def devices_dir(pid: int) -> str | None:
     """The container's v1 devices cgroup dir (read once, while the init is alive: a dead
     init shows the root cgroup)."""
     try:
@@ -56,7 +57,7 @@ def devices_dir(pid):
     return None
 
 
-def devices_list(directory):
+def devices_list(directory: str | None) -> list[str] | None:
     try:
         with open(f"{directory}/devices.list") as d:
             return sorted(d.read().splitlines())
@@ -64,13 +65,14 @@ def devices_list(directory):
         return None
 
 
-def snapshot(pid, rootfs, cgroup):
+def snapshot(pid: int, rootfs: str, cgroup: str | None) -> dict[str, Any]:
     view = f"/proc/{pid}/root{rootfs}"
     try:
         with open(f"/proc/{pid}/mountinfo") as f:
-            mounts = sorted(f.read().splitlines())
+            mounts: list[str] | None = sorted(f.read().splitlines())
     except OSError:
         mounts, view = None, rootfs  # the init is gone: the rootfs through its host path
+    cache: str | None
     try:
         with open(os.path.join(view, "etc/ld.so.cache"), "rb") as f:
             cache = hashlib.sha256(f.read()).hexdigest()
@@ -80,7 +82,7 @@ def snapshot(pid, rootfs, cgroup):
             "devices": devices_list(cgroup), "host_files": listing(rootfs)}
 
 
-def main():
+def main() -> None:
     report, kill, hook = sys.argv[1], sys.argv[2], sys.argv[3:]
     kill_after = -1.0 if kill == "at-sleep" else float(kill)
     data = sys.stdin.buffer.read()
@@ -90,7 +92,8 @@ def main():
     before = snapshot(pid, rootfs, cgroup)
     started = time.monotonic()
     proc = subprocess.Popen(hook, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-    killed = None
+    assert proc.stdin is not None and proc.stderr is not None
+    killed: float | None = None
     if kill == "at-sleep":
         proc.stdin.write(data)
         proc.stdin.close()
