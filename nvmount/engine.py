@@ -101,8 +101,11 @@ class EngineResult:
 
 
 # -- the phases that change nothing ----------------------------------------------------------
-def discover(options: EngineOptions, faults: Faults) -> DriverInventory:
-    """The host driver's inventory (NVML runs here; `nvml init` is a fault point)."""
+def discover(options: EngineOptions, faults: Faults, *, mig_minors: bool = True) -> DriverInventory:
+    """The host driver's inventory (NVML runs here; `nvml init` is a fault point).
+
+    `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
+    with mig-config or mig-monitor uses it (`needs_mig_minors`)."""
     from nvmount.driver import DiscoveryOptions, discover_driver
 
     try:
@@ -113,8 +116,15 @@ def discover(options: EngineOptions, faults: Faults) -> DriverInventory:
         options.root, options.ldcache, options.proc_root,
         options=DiscoveryOptions(no_persistenced=options.no_persistenced,
                                  no_fabricmanager=options.no_fabricmanager,
-                                 no_gsp_firmware=options.no_gsp_firmware),
+                                 no_gsp_firmware=options.no_gsp_firmware,
+                                 mig_minors=mig_minors),
     )
+
+
+def needs_mig_minors(request: EngineRequest) -> bool:
+    """Whether the plan will read `inventory.mig_minors`: only for mig-config/mig-monitor
+    (`plan_devices._plan_mig_all`); a MIG device uses its own access files and caps."""
+    return bool(request.mig_config or request.mig_monitor)
 
 
 def select_and_check(inventory: DriverInventory, request: EngineRequest) -> Selection:
@@ -193,7 +203,7 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
             log.warning("no NVIDIA driver found: %s", missing)
             return None
         try:
-            inventory = discover(options, Faults())
+            inventory = discover(options, Faults(), mig_minors=needs_mig_minors(request))
         except NvmlError as err:
             if err.code not in NVML_NO_DRIVER:
                 raise
@@ -261,7 +271,7 @@ def configure_container(
     if options.limit_privileges:
         P.limit_permitted()
     with timer.phase("inventory"), P.stage(P.Stage.INIT):
-        inventory = discover(options, faults)
+        inventory = discover(options, faults, mig_minors=needs_mig_minors(request))
         selection = select_and_check(inventory, request)
     with ExitStack() as stack:
         # MOUNT, not CONTAINER: the layout is read through a private procfs clone (SYS_ADMIN)

@@ -282,6 +282,29 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
         shutil.rmtree(top)
 
 
+@pytest.mark.parametrize(("request_", "reads"), [
+    (EngineRequest(devices="all"), False),
+    (EngineRequest(devices="0:3"), False),  # a MIG device has its own access files and caps
+    (EngineRequest(devices="0", mig_config="all"), True),
+    (EngineRequest(devices="0", mig_monitor="all"), True),
+], ids=["gpus", "mig-device", "mig-config", "mig-monitor"])
+def test_mig_minors_are_read_only_for_mig_config_or_monitor(
+        sim_mig_root: SimRoot, rootfs: Path, request_: EngineRequest, reads: bool) -> None:
+    """Skipping the ~4300-line minors file must not change any plan: with and without it."""
+    from nvmount import engine
+
+    opts = options(sim_mig_root)
+    assert engine.needs_mig_minors(request_) is reads
+    plan = plan_only(request_, str(rootfs), opts, Libc())
+    full = engine.discover(opts, Faults(), mig_minors=True)
+    assert full.mig_minors
+    with engine._readonly_root(str(rootfs), Libc()) as root:
+        reference = engine.make_plan(full, engine.select_and_check(full, request_), request_,
+                                     root, opts)
+    assert plan is not None and plan.device_rules == reference.device_rules
+    assert plan.entries == reference.entries
+
+
 def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
     assert plan_only(EngineRequest(devices="all"), str(rootfs),
                      EngineOptions(root=str(tmp_path)), Libc()) is None
