@@ -96,6 +96,8 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {  # name -> argtypes; every restype is
 
 @dataclass(frozen=True, slots=True)
 class NvmlMig:
+    """A MIG device as NVML reports it."""
+
     index: int  # enumeration index under its parent
     uuid: str
     gi: int
@@ -105,6 +107,8 @@ class NvmlMig:
 
 @dataclass(frozen=True, slots=True)
 class NvmlDevice:
+    """A GPU as NVML reports it."""
+
     index: int
     minor: int
     name: str

@@ -54,6 +54,8 @@ _KEEP_CLASS = (PathError, MountError, ContainerError)
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
+    """Counts of what `apply_plan` changed in the container."""
+
     mounts: int  # binds and tmpfs attached
     files: int  # files written into our tmpfs mounts
     symlinks: int  # symlinks created (existing entries kept are not counted)

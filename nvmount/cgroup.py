@@ -65,6 +65,8 @@ class MountEntry:
 
 @dataclass(frozen=True, slots=True)
 class CgroupCandidate:
+    """A cgroup directory that may hold the container's device rules."""
+
     version: int
     path: str  # host path of the cgroup directory
     mount_point: str

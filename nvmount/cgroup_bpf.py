@@ -182,6 +182,8 @@ def unreloadable_reason(insns: Sequence[Insn]) -> str | None:
 # -- effects ------------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Swap:
+    """One device program replaced in a cgroup: ours, the old one, whether swapped."""
+
     prog_id: int  # id of the program we replaced
     old_fd: int
     new_fd: int

@@ -17,12 +17,16 @@ class ContainerLayout:
 
 @dataclass(frozen=True, slots=True)
 class CgroupTarget:
+    """The container's device cgroup: its hierarchy version and host directory."""
+
     version: int  # 1 or 2
     path: str  # host path of the container's devices cgroup dir (v1) or cgroup dir (v2)
 
 
 @dataclass(frozen=True, slots=True)
 class Container:
+    """The container as the engine found it from its pid."""
+
     pid: int
     rootfs: str  # host path of the rootfs as given (absolute, lexically clean)
     uid: int  # owner of /proc/<pid> (the container's root on the host)

@@ -84,6 +84,8 @@ def read_mig_minors(proc_root: str, gpu_minors: Collection[int] | None = None) -
 
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
+    """Which optional control nodes to leave out (libnvc's no-uvm, no-modeset)."""
+
     no_uvm: bool = False
     no_modeset: bool = False
 

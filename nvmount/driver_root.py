@@ -26,6 +26,8 @@ _NOT_A_LINK = ""  # memo value: the component exists and is not a symlink
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
+    """A path resolved inside the driver root, and whether it exists."""
+
     path: str  # root-relative absolute path with every symlink resolved ("/usr/lib/...")
     exists: bool
 

@@ -35,6 +35,8 @@ class ElfFormatError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ElfInfo:
+    """What discovery needs from an ELF file's headers."""
+
     elf_class: int  # ELFCLASS32 or ELFCLASS64
     machine: int  # e_machine (62 x86-64, 3 i386, 183 aarch64, 40 arm, 21 ppc64)
     soname: str = ""
@@ -44,6 +46,8 @@ class ElfInfo:
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
+    """Byte order, class and header structs of one ELF file."""
+
     fmt: str  # "<" or ">"
     elf_class: int
     phdr: struct.Struct

@@ -91,6 +91,8 @@ class EngineOptions:
 
 @dataclass(frozen=True, slots=True)
 class EngineResult:
+    """What `configure_container` did: the plan, the inventory and the effects."""
+
     plan: MountPlan
     inventory: DriverInventory
     applied: ApplyResult

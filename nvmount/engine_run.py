@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Effects:
+    """What `Run.execute` did: mounts, device cgroup, ldconfig and warnings."""
+
     applied: ApplyResult
     cgroup: str
     ldconfig: LdconfigResult | None

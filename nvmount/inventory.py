@@ -47,6 +47,8 @@ class DeviceNode:
 
 @dataclass(frozen=True, slots=True)
 class MigDevice:
+    """A MIG device of a GPU, with its access files and capability nodes."""
+
     index: int  # index among its parent's MIG devices (NVML enumeration order)
     uuid: str
     gi: int
@@ -61,6 +63,8 @@ class MigDevice:
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
+    """A GPU as NVML and the driver root describe it."""
+
     index: int
     minor: int
     uuid: str

@@ -54,6 +54,8 @@ _ENDIAN_LITTLE, _ENDIAN_BIG = 2, 3
 
 @dataclass(frozen=True, slots=True)
 class LdcacheEntry:
+    """One ld.so.cache entry: a name, its path and its type and ABI flags."""
+
     key: str  # the soname (or file name) ldconfig recorded, e.g. "libcuda.so.1"
     value: str  # absolute path of that name, e.g. "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
     flags: int  # type | arch bits

@@ -244,6 +244,8 @@ def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> _Supervised:
 
 @dataclass(slots=True)
 class _Supervised:
+    """What the supervisor saw of the sandbox: exit, timeout, output, status."""
+
     wait_status: int | None = None
     timed_out: bool = False
     output: bytes = b""

@@ -57,6 +57,8 @@ _SPECIAL = {stat.S_IFIFO: "a fifo", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a 
 
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
+    """Resource limits of the ldconfig process."""
+
     cpu_seconds: int = 10
     address_space: int = 2 << 30
     open_files: int = 64
@@ -65,6 +67,8 @@ class SandboxLimits:
 
 @dataclass(frozen=True, slots=True)
 class SandboxSpec:
+    """Everything the sandbox child needs, fixed before the fork."""
+
     mntns_fd: int  # the container's mount namespace
     rootfs: str  # the rootfs path inside that namespace
     exec_fd: int  # sealed memfd of the host binary

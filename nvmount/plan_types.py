@@ -101,6 +101,8 @@ PlanEntry = Tmpfs | WriteFile | Bind | Symlink
 
 @dataclass(frozen=True, slots=True)
 class MountPlan:
+    """A container's ordered entries, device rules and ldconfig dirs, and their origin."""
+
     entries: tuple[PlanEntry, ...]
     device_rules: tuple[DeviceRule, ...]
     ldconfig_dirs: tuple[str, ...]  # container dirs passed to ldconfig (compat dir first)

@@ -31,6 +31,8 @@ _CUDA_HINT = "please update your driver to a newer version, or use an earlier cu
 
 @dataclass(frozen=True, slots=True)
 class Atom:
+    """One condition of a requirement, such as `cuda>=12.4`."""
+
     key: str  # lowercase key
     op: str  # one of OPERATORS
     value: str
@@ -39,6 +41,8 @@ class Atom:
 
 @dataclass(frozen=True, slots=True)
 class Requirement:
+    """A parsed NVIDIA_REQUIRE_* expression."""
+
     text: str  # the whole expression as written
     terms: tuple[tuple[Atom, ...], ...]  # OR of ANDs; () always holds
 

@@ -23,6 +23,8 @@ _HINT = "list the GPUs and MIG devices with 'nvhook info'"
 
 @dataclass(frozen=True, slots=True)
 class Selection:
+    """The GPUs and MIG devices a request selects, and its MIG access."""
+
     gpus: tuple[Gpu, ...] = ()  # selected GPUs, plus the parents of selected MIG devices
     mig_devices: tuple[MigDevice, ...] = ()
     mig_config_gpus: tuple[Gpu, ...] = ()  # MIG-capable GPUs that get mig-config access
