@@ -16,8 +16,8 @@ from collections.abc import Callable
 # Syscall numbers that glibc 2.36 does not wrap. The new-mount-API numbers are the same on
 # every architecture (generic table); the old ones differ.
 _ARCH_SYSCALLS: dict[str, dict[str, int]] = {
-    "x86_64": {"pivot_root": 155, "bpf": 321, "renameat2": 316},
-    "aarch64": {"pivot_root": 41, "bpf": 280, "renameat2": 276},
+    "x86_64": {"pivot_root": 155, "bpf": 321, "renameat2": 316, "statx": 332},
+    "aarch64": {"pivot_root": 41, "bpf": 280, "renameat2": 276, "statx": 291},
 }
 _COMMON_SYSCALLS = {
     "pidfd_send_signal": 424,
@@ -28,6 +28,7 @@ _COMMON_SYSCALLS = {
     "fsmount": 432,
     "openat2": 437,
     "mount_setattr": 442,
+    "statmount": 457,
 }
 
 # Namespaces (sched.h)
@@ -81,6 +82,15 @@ MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_NOEXEC = 0x8
 MOUNT_ATTR_NOSYMFOLLOW = 0x00200000
+
+# statx/statmount (Linux 6.8): one mount's propagation without reading mountinfo
+STATX_MNT_ID_UNIQUE = 0x4000
+STATMOUNT_MNT_BASIC = 0x2
+_STATX_SIZE = 256  # struct statx
+_STATX_MNT_ID = 144  # offset of stx_mnt_id
+_MNT_ID_REQ_SIZE_VER0 = 24  # struct mnt_id_req: size, spare, mnt_id, param
+_STATMOUNT_SIZE = 512  # struct statmount without strings (fixed part is 512 bytes)
+_STATMOUNT_PROPAGATION = 72  # offsets of mnt_propagation and mnt_peer_group (u64 each)
 
 # renameat2
 RENAME_NOREPLACE = 0x1
@@ -235,6 +245,32 @@ class Libc:
         buf = ctypes.create_string_buffer(256)
         self._call(lambda: int(self._lib.fstatfs(fd, buf)), "fstatfs")
         return int(struct.unpack_from("l", buf.raw, 0)[0])
+
+    # -- mount facts (instead of reading mountinfo) ---------------------------------------
+    def mount_id_unique(self, fd: int) -> int | None:
+        """The 64-bit unique id of the mount `fd` is on (statx STATX_MNT_ID_UNIQUE), or None
+        when the kernel does not report one (before Linux 6.8)."""
+        buf = ctypes.create_string_buffer(_STATX_SIZE)
+        self._sys("statx", fd, b"", AT_EMPTY_PATH, ctypes.c_uint(STATX_MNT_ID_UNIQUE), buf)
+        mask, = struct.unpack_from("=I", buf.raw, 0)
+        if not mask & STATX_MNT_ID_UNIQUE:
+            return None
+        return int(struct.unpack_from("=Q", buf.raw, _STATX_MNT_ID)[0])
+
+    def mount_propagation(self, mnt_id: int) -> tuple[int, int]:
+        """(propagation flags MS_SHARED/MS_SLAVE/..., shared peer group or 0) of the mount with
+        unique id `mnt_id` in the current mount namespace (statmount STATMOUNT_MNT_BASIC).
+        ENOENT: no such mount in this namespace; ENOSYS before Linux 6.8."""
+        req = ctypes.create_string_buffer(
+            struct.pack("=IIQQ", _MNT_ID_REQ_SIZE_VER0, 0, mnt_id, STATMOUNT_MNT_BASIC),
+            _MNT_ID_REQ_SIZE_VER0)
+        out = ctypes.create_string_buffer(_STATMOUNT_SIZE)
+        self._sys("statmount", req, out, ctypes.c_size_t(_STATMOUNT_SIZE), ctypes.c_uint(0))
+        mask, = struct.unpack_from("=Q", out.raw, 8)
+        if not mask & STATMOUNT_MNT_BASIC:
+            raise OSError(_errno.ENOSYS, "statmount: no mount facts in the answer")
+        propagation, peer_group = struct.unpack_from("=QQ", out.raw, _STATMOUNT_PROPAGATION)
+        return int(propagation), int(peer_group)
 
     # -- processes ------------------------------------------------------------------------
     def pidfd_send_signal(self, pidfd: int, sig: int) -> None:

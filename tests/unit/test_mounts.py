@@ -22,6 +22,7 @@ from nvmount.mounts import (
     is_shared,
     make_tmpfs,
     mount_attrs,
+    shared_groups,
 )
 from nvmount.namespace import entered
 from nvmount.plan_types import RO_DEV, RO_LIB, RO_PROC, RW_IPC, MountFlag, SourceKind
@@ -301,6 +302,53 @@ def test_our_mounts_are_private_under_a_shared_parent(tmp_path: Path) -> None:
     assert out["nested_in_S"] is True
     assert out["nested_in_P"] is False  # nothing beneath ours propagates
     assert out["view_left_in_P"] is False  # and the unmount cleaned the peer copy
+
+
+class _NoStatmount(Libc):
+    """A kernel without statx mount ids / statmount, or a seccomp filter refusing them."""
+
+    def __init__(self, errno_: int | None) -> None:
+        super().__init__()
+        self.errno_ = errno_
+
+    def mount_id_unique(self, fd: int) -> int | None:
+        if self.errno_ is None:
+            return None  # before 6.8: statx answers without STATX_MNT_ID_UNIQUE
+        raise OSError(self.errno_, os.strerror(self.errno_))
+
+
+def _groups_each_way(base: str) -> dict[str, list[frozenset[int] | bool]]:
+    """shared_groups from mountinfo, from statmount and from the fallbacks, per mount kind."""
+    libc = Libc()
+    for name in ("S", "P", "Q", "R"):
+        os.makedirs(f"{base}/{name}")
+    libc.mount("tmpfs", f"{base}/S", "tmpfs", 0)
+    libc.mount(None, f"{base}/S", None, 1 << 20)  # MS_SHARED
+    libc.mount(f"{base}/S", f"{base}/P", None, _libc.MS_BIND)  # a peer of S
+    libc.mount(f"{base}/S", f"{base}/R", None, _libc.MS_BIND)
+    libc.mount(None, f"{base}/R", None, _libc.MS_SLAVE)  # a slave, not shared
+    libc.mount("tmpfs", f"{base}/Q", "tmpfs", 0)  # private
+    ways = [None, libc, _NoStatmount(None), _NoStatmount(38), _NoStatmount(1)]  # ENOSYS, EPERM
+    out: dict[str, list[frozenset[int] | bool]] = {}
+    with ProcFs.open(libc) as procfs:
+        fds = {name: os.open(f"{base}/{name}", os.O_PATH | os.O_CLOEXEC) for name in "SPQR"}
+        fds["detached"] = libc.open_tree(_libc.AT_FDCWD, f"{base}/Q",
+                                         _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC)
+        out["statmount"] = [libc.mount_id_unique(fds["S"]) is not None]
+        for name, fd in fds.items():
+            out[name] = [shared_groups(fd, procfs, way) for way in ways]
+            os.close(fd)
+    return out
+
+
+def test_shared_groups_from_statmount_equal_mountinfo(tmp_path: Path) -> None:
+    out = in_private_ns(_groups_each_way, str(tmp_path))
+    major, minor = (int(v) for v in os.uname().release.split(".")[:2])
+    assert out.pop("statmount") == [(major, minor) >= (6, 8)]  # the kernel answered itself
+    for name, answers in out.items():
+        assert len(set(answers)) == 1, f"{name}: {answers}"
+    assert out["S"][0] == out["P"][0] and len(out["S"][0]) == 1  # peers share one group
+    assert out["Q"][0] == out["R"][0] == out["detached"][0] == frozenset()
 
 
 # -- detach safety ----------------------------------------------------------------------------
