@@ -463,3 +463,69 @@ def f15_long_name(rig: AttackRig, o: HostOracle) -> Scenario:
 def f15_long_target(rig: AttackRig, o: HostOracle) -> Scenario:
     return Scenario(Expect.REFUSE, {"mutate": symlinks((LIB, ("/" + "b" * 254) * 16 + "/c"))},
                     needles=())
+
+
+# ---- security.md §1b: related non-CVE issues ---------------------------------------------------
+
+_STRICT = ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+           "accept-nvidia-visible-devices-as-volume-mounts = true\n")
+_GPU_NODES = "; echo @@gpus; ls /dev | grep -E '^nvidia[0-9]+$'; true"
+
+
+def _no_gpu_nodes(out: Outcome) -> None:
+    assert out.sections.get("gpus") == [], out.describe()
+
+
+@case("T-ENV-SEL-unprivileged-env-all-strict-policy")
+def env_sel(rig: AttackRig, o: HostOracle) -> Scenario:
+    """Image env NVIDIA_VISIBLE_DEVICES=all in an unprivileged container, strict policy."""
+    return Scenario(Expect.START, {"gpus": "all", "config": rig.config(top=_STRICT)},
+                    script=_GPU_NODES, check=_no_gpu_nodes)
+
+
+@case("T-ENV-SEL-volume-request-not-from-dev-null")
+def env_sel_volume(rig: AttackRig, o: HostOracle) -> Scenario:
+    """Volume-mount device requests whose source is not /dev/null, or whose name escapes the
+    directory, are ignored."""
+    src = rig.tmp / "not-dev-null"
+    src.write_text("")
+    rig.allow(src)
+
+    def edit(bundle_spec: dict[str, Any]) -> None:
+        for dest in ("/var/run/nvidia-container-devices/all",
+                     "/var/run/nvidia-container-devices/../../../x/0"):
+            bundle_spec["mounts"].append({"destination": dest, "type": "bind",
+                                          "source": str(src), "options": ["bind", "ro"]})
+    return Scenario(Expect.START, {"gpus": "all", "config": rig.config(top=_STRICT),
+                                   "edit_spec": edit}, script=_GPU_NODES, check=_no_gpu_nodes)
+
+
+@case("T-ENV-SEL-volume-request-from-dev-null-positive-control")
+def env_sel_control(rig: AttackRig, o: HostOracle) -> Scenario:
+    """The same policy honours a proper request: /dev/null at .../nvidia-container-devices/1."""
+    def edit(bundle_spec: dict[str, Any]) -> None:
+        bundle_spec["mounts"].append({"destination": "/var/run/nvidia-container-devices/1",
+                                      "type": "bind", "source": "/dev/null",
+                                      "options": ["bind", "ro"]})
+
+    def check(out: Outcome) -> None:
+        assert out.sections.get("gpus") == ["nvidia1"], out.describe()
+    return Scenario(Expect.START, {"gpus": "all", "config": rig.config(top=_STRICT),
+                                   "edit_spec": edit}, script=_GPU_NODES, check=check)
+
+
+@case("T-MIG-CAP-unprivileged-mig-config-all")
+def mig_cap(rig: AttackRig, o: HostOracle) -> Scenario:
+    return Scenario(Expect.REFUSE, {"env": ("NVIDIA_MIG_CONFIG_DEVICES=all",)},
+                    needles=("MIG_CONFIG_DEVICES", "privileged"))
+
+
+@case("T-MODIFY-params-private-modify-device-files-0")
+def modify(rig: AttackRig, o: HostOracle) -> Scenario:
+    def check(out: Outcome) -> None:
+        assert "ModifyDeviceFiles: 0" in out.sections["params"], out.describe()
+        line = [m for m in out.sections["mountinfo"] if " /proc/driver/nvidia " in m]
+        assert line and line[0].split()[5].startswith("ro"), line
+        assert not any(t.startswith("shared:") for t in line[0].split(" - ")[0].split()[6:])
+    return Scenario(Expect.START, {}, script="; echo @@params; cat /proc/driver/nvidia/params",
+                    check=check)

@@ -244,15 +244,22 @@ class AttackRig:
     sim: SimRoot
     launcher: Path
     tmp: Path
+    allowed: list[str] = field(default_factory=list)
 
-    def config(self, extra: str = "", *, replace: dict[str, str] | None = None) -> Path:
-        """The simulation's config.toml plus `extra` TOML (a new file per call)."""
+    def config(self, extra: str = "", *, top: str = "",
+               replace: dict[str, str] | None = None) -> Path:
+        """The simulation's config.toml with `top` (top-level keys) before it and `extra`
+        (tables) after it (a new file per call)."""
         text = Path(self.sim.config_path).read_text()
         for old, new in (replace or {}).items():
             text = text.replace(old, new)
         path = self.tmp / f"config-{token()}.toml"
-        path.write_text(text + "\n" + extra + "\n")
+        path.write_text(top + "\n" + text + "\n" + extra + "\n")
         return path
+
+    def allow(self, path: Path) -> None:
+        """A test-made host path that the spec mounts into containers (not an escape)."""
+        self.allowed.append(str(path))
 
     def hooks(self, *, config: Path | None = None, hook_env: Sequence[str] = (),
               debug: bool = False, before: Sequence[HookEntry] = (),
@@ -271,19 +278,21 @@ class AttackRig:
                caps: str = "utility,compute", env: Sequence[str] = (),
                mutate: Mutator | None = None, hooks: Sequence[HookEntry] | None = None,
                flavor: RootfsFlavor = RootfsFlavor.GLIBC, readonly: bool = False,
+               edit_spec: Callable[[dict[str, Any]], None] | None = None,
                **hook_kw: object) -> Path:
         gpu_env = [] if gpus is None else [f"NVIDIA_VISIBLE_DEVICES={gpus}",
                                            f"NVIDIA_DRIVER_CAPABILITIES={caps}"]
         prestart = tuple(hooks) if hooks is not None else self.hooks(**hook_kw)  # type: ignore[arg-type]
         bundle = self.factory.bundle(["/bin/sh", "-c", script], env=[*gpu_env, *env],
-                                     flavor=flavor, prestart=prestart, readonly=readonly)
+                                     flavor=flavor, prestart=prestart, readonly=readonly,
+                                     edit_spec=edit_spec)
         if mutate is not None:
             mutate(bundle / "rootfs")
         return bundle
 
     def run(self, bundle: Path, *, runc: Runc | None = None, timeout: float = 60.0) -> Outcome:
         res = self.factory.run(bundle, runc=runc, timeout=timeout)
-        return Outcome(res, bundle, (str(bundle), self.sim.path))
+        return Outcome(res, bundle, (str(bundle), self.sim.path, *self.allowed))
 
     def start(self, script: str = PROBE, *, runc: Runc | None = None, **kw: Any) -> Outcome:
         return self.run(self.bundle(script, **kw), runc=runc)
