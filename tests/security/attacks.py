@@ -54,6 +54,7 @@ class Scenario:
     needles: tuple[str, ...] = ()
     script: str = ""
     check: Callable[[Outcome], None] | None = None
+    limit_s: float | None = None  # start time bound, if not START_LIMIT_S
 
 
 Builder = Callable[[AttackRig, HostOracle], Scenario]
@@ -287,6 +288,19 @@ def _conf_d_file(rootfs: Path) -> None:
 
 
 _f8("g-conf-d-regular-file", lambda o: _conf_d_file)
+
+
+def _self_include(rootfs: Path) -> None:
+    with open(rootfs / "etc/ld.so.conf", "a") as f:
+        f.write("include /etc/ld.so.conf\n")
+    (rootfs / "etc/ld.so.conf.d/loop.conf").write_text("include /etc/ld.so.conf\n")
+
+
+@case("F8-h-ld-so-conf-includes-itself")
+def f8_loop(rig: AttackRig, o: HostOracle) -> Scenario:
+    """ldconfig loops on the include cycle until the sandbox's 10 s timeout; the start is
+    delayed (the image only delays itself) but bounded, and goes on with a warning."""
+    return Scenario(Expect.START, {"mutate": _self_include}, limit_s=20.0)
 
 
 # ---- F9 ld.so.conf includes / conf.d outside --

@@ -43,6 +43,7 @@ class Swapper:
         self.swaps = 0
         self._dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._inodes = {a: os.lstat(a, dir_fd=self._dirfd).st_ino for a, _ in self.pairs}
+        self._links = {b: os.readlink(b, dir_fd=self._dirfd) for _, b in self.pairs}
 
     def __enter__(self) -> Swapper:
         argv = [str(self.binary), str(self.directory)]
@@ -69,10 +70,19 @@ class Swapper:
         self.proc.send_signal(signal.SIGCONT)
 
     def restore_orientation(self) -> None:
-        libc = Libc()
+        """Every pair as it began: `a` the real object, `b` a symlink. The container's
+        ldconfig deletes a dangling symlink that carries a library name (glibc does), so a
+        swapped-in evil link may be gone: the real object is renamed back, the link remade."""
+        libc, fd = Libc(), self._dirfd
         for a, b in self.pairs:
-            if os.lstat(a, dir_fd=self._dirfd).st_ino != self._inodes[a]:
-                libc.renameat2(self._dirfd, a, self._dirfd, b, RENAME_EXCHANGE)
+            if _ino(a, fd) == self._inodes[a]:
+                pass
+            elif _ino(a, fd) is None:
+                os.rename(b, a, src_dir_fd=fd, dst_dir_fd=fd)
+            else:
+                libc.renameat2(fd, a, fd, b, RENAME_EXCHANGE)
+            if _ino(b, fd) is None:
+                os.symlink(self._links[b], b, dir_fd=fd)
 
     def __exit__(self, *exc: object | TracebackType | None) -> None:
         if self.proc is None:
@@ -84,6 +94,13 @@ class Swapper:
         self.swaps = int(match.group(1)) if match else 0
         self.restore_orientation()
         os.close(self._dirfd)
+
+
+def _ino(name: str, dir_fd: int) -> int | None:
+    try:
+        return os.lstat(name, dir_fd=dir_fd).st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _proc_state(pid: int) -> str:

@@ -54,7 +54,7 @@ def test_escape_fixture(name: str, rig: AttackRig, oracle: HostOracle) -> None:
     elif scenario.expect is Expect.HOOK_PASSES:
         assert out.hook_passed, out.describe()
     else:
-        out.assert_contained()
+        out.assert_contained(scenario.limit_s or START_LIMIT_S)
     oracle.assert_clean()
     if scenario.expect is Expect.START:
         assert out.ok, out.describe()
