@@ -193,6 +193,7 @@ def inventory(sim_mig_root: Any) -> Any:
     return discover_driver(sim_mig_root.path, "/etc/ld.so.cache", sim_mig_root.proc_root)
 
 
+@pytest.mark.root
 def test_env_values_in_the_engine(inventory: Any) -> None:
     from nvhook.engine import imex_channel
     from nvmount.requirements import Facts, check_requirements
@@ -267,6 +268,7 @@ def test_config_toml(tmp_path: Path) -> None:
 
 # ---- ld.so.cache -----------------------------------------------------------------------------
 
+@pytest.mark.root
 def test_ldcache_parser(sim_root: Any) -> None:
     from nvmount.ldcache import parse_ldcache
 
@@ -297,6 +299,7 @@ def test_ldcache_parser(sim_root: Any) -> None:
 
 # ---- the whole hook as a process -------------------------------------------------------------
 
+@pytest.mark.root
 def test_prestart_dry_run_subprocess(sim_root: Any, tmp_path: Path) -> None:
     """`nvhook prestart --dry-run` with random state and spec: exit 0 or 1, one stderr line."""
     from nvhook.demo_driver import nvhook_command
