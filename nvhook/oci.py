@@ -65,7 +65,7 @@ def field(obj: dict[str, Any], name: str) -> Any:
     return value
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """The JSON kind of a decoded value, as Go's decoder names it in its errors."""
     if value is None:
         return "null"
@@ -82,13 +82,13 @@ def _string(value: Any, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string, got {_kind(value)}")
+        raise ValueError(f"{where}: expected a string, got {json_kind(value)}")
     return value
 
 
 def _object(value: Any, where: str) -> dict[str, Any] | None:
     if value is not None and not isinstance(value, dict):
-        raise ValueError(f"{where}: expected an object, got {_kind(value)}")
+        raise ValueError(f"{where}: expected an object, got {json_kind(value)}")
     return value
 
 
@@ -96,7 +96,7 @@ def _array(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ValueError(f"{where}: expected an array, got {_kind(value)}")
+        raise ValueError(f"{where}: expected an array, got {json_kind(value)}")
     return value
 
 

@@ -22,7 +22,7 @@ from nvhook.device_lists import (
     select_imex_channels,
 )
 from nvhook.errors import RequestError, SpecError
-from nvhook.oci import Spec, field
+from nvhook.oci import Spec, field, json_kind
 from nvmount.capabilities import DriverCapability
 
 log = logging.getLogger(__name__)
@@ -138,16 +138,6 @@ def _capability_error(spec: Spec, detail: str) -> SpecError:
     )
 
 
-def _json_kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
 def _string_list(spec: Spec, value: object, name: str) -> list[str]:
     """A JSON array of strings (null elements read as "") or raise Go's decoder error."""
     where = f"Go struct field LinuxCapabilities.{name}" if name else "Go value"
@@ -155,12 +145,12 @@ def _string_list(spec: Spec, value: object, name: str) -> list[str]:
         return []
     if not isinstance(value, list):
         raise _capability_error(
-            spec, f"cannot unmarshal {_json_kind(value)} into {where} of type []string"
+            spec, f"cannot unmarshal {json_kind(value)} into {where} of type []string"
         )
     for item in value:
         if item is not None and not isinstance(item, str):
             raise _capability_error(
-                spec, f"cannot unmarshal {_json_kind(item)} into {where} of type string"
+                spec, f"cannot unmarshal {json_kind(item)} into {where} of type string"
             )
     return [item or "" for item in value]
 
@@ -180,7 +170,7 @@ def is_privileged(spec: Spec) -> bool:
         if not isinstance(caps, dict):
             raise _capability_error(
                 spec,
-                f"cannot unmarshal {_json_kind(caps)} into Go value of type "
+                f"cannot unmarshal {json_kind(caps)} into Go value of type "
                 "specs.LinuxCapabilities",
             )
         sets = {name: _string_list(spec, field(caps, name), name) for name in _CAP_SETS}
