@@ -294,7 +294,11 @@ def _dispatch(command: str, rest: list[str], opts: GlobalOptions) -> int:
 
 
 def _one_line(message: str) -> str:
-    return message.replace("\r", "\\r").replace("\n", "\\n")
+    """One printable line: newlines and other control characters (terminal escapes from a
+    hostile image's env or paths) are shown escaped, never sent to the terminal."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def report_error(err: BaseException, *, debug: bool, prog: str = "nvhook") -> int:

@@ -398,3 +398,10 @@ def test_readme_lists_every_deviation() -> None:
     assert "## Hook decisions (`nvhook prestart`)" in readme
     for topic, what, why in DEVIATIONS:
         assert f"- **{topic}**: {what}. Why: {why}." in readme, topic
+
+
+def test_control_characters_in_errors_are_escaped() -> None:
+    from nvhook.cli import _one_line
+
+    assert _one_line("bad\nvalue\r\x1b[31m\x07 é") == "bad\\nvalue\\r\\x1b[31m\\x07 é"
+    assert _one_line("plain text") == "plain text"
