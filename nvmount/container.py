@@ -173,7 +173,7 @@ def _open_process(pid: int, proc_root: str, libc: Libc) -> tuple[int, int]:
     except OSError as err:
         os.close(pidfd)
         raise ContainerError(
-            f"open {proc_root}/{pid}: {_strerror(err)} (did the container exit?)"
+            f"open {proc_root}/{pid}: {_strerror(err)} ({_open_hint(err, pid)})"
         ) from err
     try:
         if libc.fstatfs_type(proc_fd) != _libc.PROC_SUPER_MAGIC:
@@ -186,6 +186,14 @@ def _open_process(pid: int, proc_root: str, libc: Libc) -> tuple[int, int]:
         os.close(pidfd)
         raise
     return pidfd, proc_fd
+
+
+def _open_hint(err: OSError, pid: int) -> str:
+    """What to do about a failed open under /proc/<pid>: gone, or not ours to open."""
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return (f"the hook needs host root with CAP_SYS_PTRACE; is pid {pid} the container's "
+                "init process?")
+    return "did the container exit?"
 
 
 def _check_alive(pidfd: int, pid: int, libc: Libc) -> None:
@@ -213,7 +221,7 @@ def _open_mntns(pid: int, proc_fd: int, proc_root: str) -> tuple[int, tuple[int,
         fd = os.open("ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
     except OSError as err:
         raise ContainerError(
-            f"open {proc_root}/{pid}/ns/mnt: {_strerror(err)} (did the container exit?)"
+            f"open {proc_root}/{pid}/ns/mnt: {_strerror(err)} ({_open_hint(err, pid)})"
         ) from err
     try:
         st = os.fstat(fd)
