@@ -35,4 +35,4 @@ class DriverCapability(enum.Flag):
 
 
 KNOWN_CAPABILITIES: tuple[str, ...] = DriverCapability.all().names()
-NO_CAPABILITY = DriverCapability(0)  # an ungated file or node: exposed whatever the request
+UNGATED = DriverCapability(0)  # an ungated file or node: exposed whatever the request

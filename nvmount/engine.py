@@ -34,10 +34,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from nvmount.capabilities import DriverCapability
+from nvmount.capabilities import UNGATED, DriverCapability
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
-from nvmount.plan_types import UNGATED, CompatMode, MountPlan, PlanOptions, ProcFile
+from nvmount.plan_types import CompatMode, MountPlan, PlanOptions, ProcFile
 from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms

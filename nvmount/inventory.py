@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from nvmount.capabilities import NO_CAPABILITY, DriverCapability
+from nvmount.capabilities import UNGATED, DriverCapability
 
 
 class FileKind(enum.Enum):
@@ -42,7 +42,7 @@ class DeviceNode:
     container_path: str  # e.g. "/dev/nvidia0"
     major: int
     minor: int
-    capabilities: DriverCapability = NO_CAPABILITY  # 0 = any request gets it
+    capabilities: DriverCapability = UNGATED  # any request gets it
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 
-from nvmount.capabilities import DriverCapability
+from nvmount.capabilities import UNGATED, DriverCapability
 from nvmount.errors import SelectionError
 from nvmount.inventory import DeviceNode, DriverInventory, Gpu, MigDevice
 from nvmount.plan_types import (
@@ -33,7 +33,7 @@ RO_CAPS_DIR = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
 
 # §1.6 gates of the control nodes (the C code tests "major != 195" and "minor == 254").
 CONTROL_GATES: dict[str, DriverCapability] = {
-    "/dev/nvidiactl": DriverCapability(0),
+    "/dev/nvidiactl": UNGATED,
     "/dev/nvidia-uvm": DriverCapability.COMPUTE | DriverCapability.VIDEO,
     "/dev/nvidia-uvm-tools": DriverCapability.COMPUTE | DriverCapability.VIDEO,
     "/dev/nvidia-modeset": DriverCapability.DISPLAY,
@@ -73,14 +73,14 @@ def plan_devices(
         if not gate or gate & capabilities:
             out.node(node, "device", gate)
     for gpu in gpus:
-        out.node(gpu.node, "gpu device", DriverCapability(0))
+        out.node(gpu.node, "gpu device", UNGATED)
     if selection.mig_config or selection.mig_monitor:
         _plan_mig_all(inventory, selection, out)
     else:
         for mig in selection.mig_devices:
             _plan_mig_device(inventory, mig, out)
     for channel in options.imex_channels:
-        out.node(_imex_node(inventory, channel), "imex channel", DriverCapability(0))
+        out.node(_imex_node(inventory, channel), "imex channel", UNGATED)
     return tuple(out.binds), tuple(out.rules)
 
 
@@ -100,7 +100,7 @@ def _plan_mig_device(inventory: DriverInventory, mig: MigDevice, out: _Devices) 
         host, target = proc_paths(inventory, access)
         out.binds.append(Bind(host, target, SourceKind.FILE, RO_PROC, "mig access"))
         if cap is not None and inventory.caps_major is not None:
-            out.node(cap, "mig device", DriverCapability(0))
+            out.node(cap, "mig device", UNGATED)
 
 
 def _plan_mig_all(inventory: DriverInventory, selection: Selection, out: _Devices) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from nvmount.capabilities import DriverCapability
+from nvmount.capabilities import UNGATED, DriverCapability
 
 
 class MountFlag(enum.Flag):
@@ -28,8 +28,6 @@ class MountFlag(enum.Flag):
 
 _FLAG_WORDS = {"RDONLY": "ro", "NOSUID": "nosuid", "NODEV": "nodev", "NOEXEC": "noexec"}
 
-
-UNGATED = DriverCapability(0)  # exposed whatever the capabilities
 
 RO_LIB = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID
 RO_DEV = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
