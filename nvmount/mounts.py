@@ -94,12 +94,7 @@ def clone_source(
         raise MountError(f"clone source {host_path}: {_strerror(err)}") from err
     finally:
         os.close(fd)
-    try:
-        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
-    except OSError as err:
-        os.close(tree)
-        raise MountError(f"make clone of {host_path} private: {_strerror(err)}") from err
-    return tree
+    return _private(tree, libc, f"clone of {host_path}")
 
 
 def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -> None:
@@ -170,12 +165,7 @@ def make_tmpfs(mode: int, flags: MountFlag, libc: Libc, *, what: str = "tmpfs") 
         raise MountError(f"create {what}: {_strerror(err)}") from err
     finally:
         os.close(fs)
-    try:
-        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
-    except OSError as err:
-        os.close(tree)
-        raise MountError(f"make {what} private: {_strerror(err)}") from err
-    return tree
+    return _private(tree, libc, what)
 
 
 def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = None,
@@ -270,3 +260,15 @@ def _shared_tags(line: str) -> frozenset[int]:
 
 def _strerror(err: OSError) -> str:
     return os.strerror(err.errno).lower() if err.errno else str(err)
+
+
+def _private(tree: int, libc: Libc, label: str) -> int:
+    """Make the detached mount `tree` private (no propagation); closes it on failure."""
+    from nvmount import _libc
+
+    try:
+        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
+    except OSError as err:
+        os.close(tree)
+        raise MountError(f"make {label} private: {_strerror(err)}") from err
+    return tree
