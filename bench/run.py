@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvhook.demo_bundle import (
+from nvhook.demo.bundle import (
     HookEntry,
     Runc,
     container_spec,
@@ -35,8 +35,8 @@ from nvhook.demo_bundle import (
     runc_run,
     write_bundle,
 )
-from nvhook.demo_driver import DriverSetup, create_sim_driver, install_hook, nvhook_hook_entry
-from nvhook.demo_rootfs import build_rootfs
+from nvhook.demo.driver import DriverSetup, create_sim_driver, install_hook, nvhook_hook_entry
+from nvhook.demo.rootfs import build_rootfs
 
 PHASES = ("config", "spec", "inventory", "plan", "mounts", "ldcache", "cgroup")
 RSS_WRAPPER = """\

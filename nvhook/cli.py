@@ -41,8 +41,8 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "poststop": ("nvhook.prestart", "main", "no-op"),
     "info": ("nvhook.driver_cmds", "main_info", "show the driver and GPUs nvhook sees"),
     "list": ("nvhook.driver_cmds", "main_list", "list the host files a container could get"),
-    "sim": ("nvhook.sim_cmd", "main", "create a simulated driver (and its prestart step)"),
-    "demo": ("nvhook.demo", "main", "start a GPU container under runc, print its nvidia-smi"),
+    "sim": ("nvhook.sim.cmd", "main", "create a simulated driver (and its prestart step)"),
+    "demo": ("nvhook.demo.cmd", "main", "start a GPU container under runc, print its nvidia-smi"),
     "install": ("nvhook.install_cmd", "main", "write the isolated hook launchers"),
 }
 _GLOBAL_FLAGS = {"config": True, "debug": False, "version": False}  # name -> takes a value

@@ -24,9 +24,9 @@ from nvhook.errors import UsageError
 
 if TYPE_CHECKING:
     from nvhook.cli import GlobalOptions
-    from nvmount.driver import DiscoveryOptions
-    from nvmount.inventory import DriverInventory, Gpu
-    from nvmount.selection import Selection
+    from nvmount.discover.driver import DiscoveryOptions
+    from nvmount.discover.inventory import DriverInventory, Gpu
+    from nvmount.plan.selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) -> DriverInventory:
     from nvhook.config import load_config
-    from nvmount.driver import discover_driver
+    from nvmount.discover.driver import discover_driver
 
     cfg = load_config(opts.config_path, os.environ)
     if cfg.cli.load_kmods:
@@ -131,8 +131,8 @@ def _list_parser() -> _Parser:
 
 
 def main_list(argv: list[str], opts: GlobalOptions) -> int:
-    from nvmount.driver import DiscoveryOptions
-    from nvmount.selection import select_devices
+    from nvmount.discover.driver import DiscoveryOptions
+    from nvmount.plan.selection import select_devices
 
     args = _list_parser().parse_args(argv)
     if not (args.device or args.libraries or args.binaries or args.ipcs or args.firmwares

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nvhook.config import HookConfig
     from nvhook.request import ContainerRef, ContainerRequest
     from nvmount.engine import EngineOptions, EngineRequest
-    from nvmount.plan_types import MountPlan
+    from nvmount.plan.types import MountPlan
     from nvmount.timing import PhaseTimer
 
 MAX_IMEX_CHANNEL = 1 << 20
@@ -119,7 +119,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
     import os
 
     from nvmount.engine import EngineOptions
-    from nvmount.plan_types import CompatMode
+    from nvmount.plan.types import CompatMode
 
     cli = config.cli
     return EngineOptions(
@@ -138,7 +138,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
 
 def plan_to_json(plan: MountPlan) -> dict[str, object]:
     """The dry-run document (shape in the module docstring and the README)."""
-    from nvmount.plan_types import Bind, Symlink, Tmpfs
+    from nvmount.plan.types import Bind, Symlink, Tmpfs
 
     entries: list[dict[str, object]] = []
     by_cap: dict[str, list[str]] = {}

@@ -282,7 +282,7 @@ class Libc:
         return self._sys("bpf", cmd, ctypes.byref(attr), ctypes.c_uint(ctypes.sizeof(attr)))
 
 
-# == bpf(2) commands for cgroup device programs (used by nvmount/cgroup_bpf.py) ================
+# == bpf(2) commands for cgroup device programs (used by nvmount/cgroup/bpf.py) ================
 # Each attr below is the prefix of `union bpf_attr` that one command reads. The kernel accepts a
 # shorter attr and zero-fills the rest, so these stay valid on older kernels. Instruction
 # building and decoding (plain bytes) lives in cgroup_bpf.py; only the syscall plumbing is here.
@@ -487,7 +487,7 @@ def bpf_prog_detach(libc: Libc, target_fd: int, prog_fd: int, attach_type: int) 
     _bpf_cmd(libc, BPF_PROG_DETACH, "BPF_PROG_DETACH", attr)
 
 
-# -- seccomp (the program is built by nvmount.seccomp) ----------------------------------------
+# -- seccomp (the program is built by nvmount.ldcache.seccomp) ----------------------------------------
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 

@@ -37,18 +37,18 @@ from dataclasses import dataclass, field
 from nvmount.capabilities import UNGATED, DriverCapability
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
-from nvmount.plan_types import CompatMode, MountPlan, PlanOptions, ProcFile
+from nvmount.plan.types import CompatMode, MountPlan, PlanOptions, ProcFile
 from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
-    from nvmount.apply import ApplyResult
-    from nvmount.container import ContainerHandle
-    from nvmount.inventory import DriverInventory
-    from nvmount.ldconfig import LdconfigResult
-    from nvmount.rootfs import Root
-    from nvmount.selection import Selection
+    from nvmount.apply.steps import ApplyResult
+    from nvmount.container.open import ContainerHandle
+    from nvmount.discover.inventory import DriverInventory
+    from nvmount.fs.rootfs import Root
+    from nvmount.ldcache.ldconfig import LdconfigResult
+    from nvmount.plan.selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def discover(options: EngineOptions, faults: Faults, *, mig_minors: bool = True)
 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
     with mig-config or mig-monitor uses it (`needs_mig_minors`)."""
-    from nvmount.driver import DiscoveryOptions, discover_driver
+    from nvmount.discover.driver import DiscoveryOptions, discover_driver
 
     try:
         faults("nvml init")
@@ -131,8 +131,8 @@ def needs_mig_minors(request: EngineRequest) -> bool:
 
 def select_and_check(inventory: DriverInventory, request: EngineRequest) -> Selection:
     """Device selection and NVIDIA_REQUIRE_* checks; raises before anything is changed."""
-    from nvmount.requirements import Facts, check_requirements
-    from nvmount.selection import select_devices
+    from nvmount.plan.requirements import Facts, check_requirements
+    from nvmount.plan.selection import select_devices
 
     selection = select_devices(inventory.gpus, request.devices, mig_config=request.mig_config,
                                mig_monitor=request.mig_monitor)
@@ -176,12 +176,12 @@ def read_proc_files(proc_driver_dir: str) -> tuple[ProcFile, ...]:
 
 def make_plan(inventory: DriverInventory, selection: Selection, request: EngineRequest,
               layout_source: ContainerHandle | Root, options: EngineOptions) -> MountPlan:
-    from nvmount.plan import plan_mounts
+    from nvmount.plan.mounts import plan_mounts
 
     layout = getattr(layout_source, "layout", None)
     if layout is None:
-        from nvmount.container import detect_layout
-        from nvmount.rootfs import Root
+        from nvmount.container.open import detect_layout
+        from nvmount.fs.rootfs import Root
 
         assert isinstance(layout_source, Root)
         layout = detect_layout(layout_source)
@@ -219,9 +219,9 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
 def no_driver_reason(options: EngineOptions) -> str | None:
     """Why there is no driver under the driver root at all (None: there is one to inspect):
     no ld.so.cache, or no libnvidia-ml.so.1 in it. Anything else is a broken driver."""
-    from nvmount.driver import NVML_SONAME
-    from nvmount.driver_root import DriverRoot
-    from nvmount.ldcache import read_ldcache
+    from nvmount.discover.driver import NVML_SONAME
+    from nvmount.discover.driver_root import DriverRoot
+    from nvmount.discover.ldcache import read_ldcache
 
     droot = DriverRoot(options.root)
     cache = droot.host(droot.resolve(options.ldcache).path)
@@ -241,8 +241,8 @@ def _readonly_root(rootfs: str, libc: Libc) -> Iterator[Root]:
     """The rootfs opened O_PATH on its host path, verified with a plain procfs fd (the
     private procfs clone needs privileges a dry run does not have)."""
     from nvmount import _libc
-    from nvmount.procfs import ProcFs
-    from nvmount.rootfs import Root
+    from nvmount.fs.procfs import ProcFs
+    from nvmount.fs.rootfs import Root
 
     fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     with ProcFs(fd) as procfs:
@@ -292,7 +292,7 @@ def configure_container(
 
 def _open_container(pid: int, rootfs: str, options: EngineOptions,
                     libc: Libc) -> ContainerHandle:
-    from nvmount.container import open_container
+    from nvmount.container.open import open_container
 
     return open_container(pid, rootfs, proc_root=options.host_proc,
                           no_cgroups=options.no_cgroups, libc=libc)
@@ -303,7 +303,7 @@ def write_timing(options: EngineOptions, timer: PhaseTimer, pid: int,
     """Append the timing record when `timing_log` is set; a failure is only logged."""
     if not options.timing_log:
         return
-    from nvmount.plan_types import Bind, Symlink, WriteFile
+    from nvmount.plan.types import Bind, Symlink, WriteFile
     from nvmount.timing import append_record
 
     fields: dict[str, object] = {"container": options.container_id, "pid": pid,

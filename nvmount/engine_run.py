@@ -14,18 +14,18 @@ from dataclasses import dataclass
 
 from nvmount.errors import LdcacheError, NvmountError
 from nvmount.faults import Faults
-from nvmount.plan_types import MountPlan
+from nvmount.plan.types import MountPlan
 from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
-    from nvmount.apply import ApplyResult
-    from nvmount.cgroup import CgroupChange
-    from nvmount.container import ContainerHandle
+    from nvmount.apply.steps import ApplyResult
+    from nvmount.cgroup.common import CgroupChange
+    from nvmount.container.open import ContainerHandle
     from nvmount.engine import EngineOptions
-    from nvmount.ldconfig import LdconfigResult
-    from nvmount.procfs import ProcFs
+    from nvmount.fs.procfs import ProcFs
+    from nvmount.ldcache.ldconfig import LdconfigResult
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Run:
 
     def __init__(self, handle: ContainerHandle, plan: MountPlan, options: EngineOptions,
                  libc: Libc, faults: Faults, timer: PhaseTimer, stack: ExitStack) -> None:
-        from nvmount.journal import Journal
+        from nvmount.apply.journal import Journal
 
 
         self.handle, self.plan, self.options = handle, plan, options
@@ -56,7 +56,7 @@ class Run:
 
     def execute(self) -> Effects:
         from nvmount import privileges as P
-        from nvmount.procfs import ProcFs
+        from nvmount.fs.procfs import ProcFs
 
         try:
             with P.stage(P.Stage.MOUNT):
@@ -88,10 +88,10 @@ class Run:
             raise ContainerError(f"{when}: {err}") from err
 
     def _mount(self, procfs: ProcFs) -> ApplyResult:
-        from nvmount.apply import apply_plan, clone_sources, close_sources
-        from nvmount.mounts import peer_groups
-        from nvmount.namespace import entered
-        from nvmount.rootfs import Root
+        from nvmount.apply.mounts import peer_groups
+        from nvmount.apply.namespace import entered
+        from nvmount.apply.steps import apply_plan, clone_sources, close_sources
+        from nvmount.fs.rootfs import Root
 
         self.handle.check_alive()
         host_peers = peer_groups(procfs)  # before setns: the peer groups of the host
@@ -113,7 +113,7 @@ class Run:
     def _cgroup(self) -> str:
         """Allow the plan's device rules. A fault point precedes each cgroup write: v1 gets
         one `allow_devices` call (one write) per rule, v2 one call (one atomic replace)."""
-        from nvmount.cgroup import allow_devices, format_rule, should_skip_cgroups
+        from nvmount.cgroup.common import allow_devices, format_rule, should_skip_cgroups
 
         skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
         target = self.handle.cgroup
@@ -138,7 +138,7 @@ class Run:
         return "; ".join(described)
 
     def _ldconfig(self) -> LdconfigResult:
-        from nvmount.ldconfig import resolve_ldconfig, run_ldconfig
+        from nvmount.ldcache.ldconfig import resolve_ldconfig, run_ldconfig
 
         path = resolve_ldconfig(self.options.ldconfig)
         try:
@@ -159,7 +159,7 @@ class Run:
         return result
 
     def _rollback(self, err: BaseException) -> None:
-        from nvmount.namespace import entered
+        from nvmount.apply.namespace import entered
 
         failures: list[str] = []
         while self.cgroup_changes:

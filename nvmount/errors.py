@@ -10,7 +10,7 @@
     ├── MountError              a mount step failed (op, source, target, flags)
     ├── LdcacheError            the container's ldcache update
     ├── CgroupError             the device cgroup update
-    └── SimError                building the simulated driver (nvmount.sim)
+    └── SimError                building the simulated driver (nvhook.sim)
 
 Messages follow "<op> <subject>: <cause> (<hint>)": lowercase, no trailing period.
 """

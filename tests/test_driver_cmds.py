@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nvmount.sim import SimRoot
+from nvhook.sim import SimRoot
 
 INFO_LABELS = ("Device Index", "Device Minor", "Model", "Brand", "GPU UUID", "Bus Location",
                "Architecture")

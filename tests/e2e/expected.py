@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nvmount.sim import SimGpu, SimRoot
+from nvhook.sim import SimGpu, SimRoot
 
 ALL_CAPS = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 LIB_GROUPS = {

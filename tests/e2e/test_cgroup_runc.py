@@ -32,8 +32,8 @@ PROBE = 'for n in nvidia0 nvidia1 null; do echo "== $n"; (exec 3<>/nodes/$n) 2>&
 HOOK = """#!{python}
 import json, os, sys
 from nvmount._libc import BPF_CGROUP_DEVICE, Libc, bpf_prog_query
-from nvmount.cgroup import allow_devices, find_cgroup
-from nvmount.plan_types import DeviceRule
+from nvmount.cgroup.common import allow_devices, find_cgroup
+from nvmount.plan.types import DeviceRule
 
 state = json.load(sys.stdin)
 libc = Libc()

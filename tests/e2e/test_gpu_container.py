@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo_bundle import Runc, container_cgroup_dirs
-from nvhook.demo_rootfs import RootfsFlavor
+from nvhook.demo.bundle import Runc, container_cgroup_dirs
+from nvhook.demo.rootfs import RootfsFlavor
 from tests.e2e.expected import (
     ALL_CAPS,
     Expected,

@@ -98,7 +98,7 @@ def f1_lib_dir(rig: AttackRig, o: HostOracle) -> Scenario:
 
 @case("F1-CVE-2024-0133-lib64-abs-link")
 def f1_lib64(rig: AttackRig, o: HostOracle) -> Scenario:
-    from nvhook.demo_rootfs import RootfsFlavor
+    from nvhook.demo.rootfs import RootfsFlavor
 
     mark = o.marker("/tmp", "HOST_LIB64")
 

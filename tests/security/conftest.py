@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nvmount.sim import SimRoot
+from nvhook.sim import SimRoot
 from tests.fixtures.containers import ContainerFactory
 from tests.security.fixtures import AttackRig, HostOracle
 

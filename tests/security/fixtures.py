@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nvhook.demo_bundle import HookEntry, Runc, RuncResult
-from nvhook.demo_driver import nvhook_hook_entry, sim_prestart_entry
-from nvhook.demo_rootfs import RootfsFlavor
-from nvmount.sim import SimRoot
+from nvhook.demo.bundle import HookEntry, Runc, RuncResult
+from nvhook.demo.driver import nvhook_hook_entry, sim_prestart_entry
+from nvhook.demo.rootfs import RootfsFlavor
+from nvhook.sim import SimRoot
 from tests.fixtures.containers import ContainerFactory, host_mountinfo
 
 TOOLS = Path(__file__).parent / "tools"
@@ -390,7 +390,7 @@ def compile_poc(out: Path, marker: str) -> Path:
 def ns_container(rootfs: Path, *, sim_proc_driver: bool = True) -> Iterator[int]:
     """Pid of a `sleep` in its own (private) mount namespace with <rootfs>/proc mounted and
     the simulation's tmpfs on <rootfs>/proc/driver: what runc leaves at prestart time."""
-    from nvmount.sim.prestart import mount_proc_driver
+    from nvhook.sim.prestart import mount_proc_driver
 
     script = f"mount -t proc proc '{rootfs}/proc' && exec sleep 600"
     proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
@@ -425,7 +425,7 @@ def run_hook(launcher: Path, config: Path | str, state: bytes, *, cwd: Path | st
 
 def gpu_spec(root_path: str,
              env: Sequence[str] = ("NVIDIA_VISIBLE_DEVICES=0",)) -> dict[str, object]:
-    from nvhook.demo_bundle import container_spec
+    from nvhook.demo.bundle import container_spec
 
     spec = container_spec(["/bin/true"], ["NVIDIA_DRIVER_CAPABILITIES=utility,compute", *env])
     spec["root"] = {"path": root_path, "readonly": False}

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import tests.security.attacks_env  # noqa: F401  (registers F11)
-from nvhook.demo_bundle import HookEntry, Runc
-from nvhook.demo_rootfs import copy_rootfs
+from nvhook.demo.bundle import HookEntry, Runc
+from nvhook.demo.rootfs import copy_rootfs
 from tests.fixtures.containers import RootfsCache
 from tests.security.attacks import CASES, Expect, see_script
 from tests.security.conftest import LONG

@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from nvhook.demo_bundle import HookEntry
-from nvhook.demo_driver import nvhook_hook_entry
+from nvhook.demo.bundle import HookEntry
+from nvhook.demo.driver import nvhook_hook_entry
 from tests.security.conftest import LONG
 from tests.security.fixtures import TOOLS, AttackRig, HostOracle, Outcome
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 
-# one or two of every kind of step (the step names of nvmount.apply / engine_run / engine)
+# one or two of every kind of step (the step names of nvmount.apply.steps / engine_run / engine)
 CI_FAULTS = (
     "nvml init", "open source:1", "open source:9", "mountpoint:1", "mountpoint:14",
     "mount :1", "mount :13", "mount procfs", "write:1", "write:3", "symlink:1", "symlink:7",

@@ -188,7 +188,7 @@ def test_spec_and_request(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def inventory(sim_mig_root: Any) -> Any:
-    from nvmount.driver import discover_driver
+    from nvmount.discover.driver import discover_driver
 
     return discover_driver(sim_mig_root.path, "/etc/ld.so.cache", sim_mig_root.proc_root)
 
@@ -196,8 +196,8 @@ def inventory(sim_mig_root: Any) -> Any:
 @pytest.mark.root
 def test_env_values_in_the_engine(inventory: Any) -> None:
     from nvhook.engine import imex_channel
-    from nvmount.requirements import Facts, check_requirements
-    from nvmount.selection import select_devices
+    from nvmount.plan.requirements import Facts, check_requirements
+    from nvmount.plan.selection import select_devices
 
     facts = [Facts(cuda="12.4", driver="550.54.15", arch="8.0", brand="Tesla")]
 
@@ -270,7 +270,7 @@ def test_config_toml(tmp_path: Path) -> None:
 
 @pytest.mark.root
 def test_ldcache_parser(sim_root: Any) -> None:
-    from nvmount.ldcache import parse_ldcache
+    from nvmount.discover.ldcache import parse_ldcache
 
     seeds = [Path(sim_root.path, "etc/ld.so.cache").read_bytes()]
     if os.path.exists("/etc/ld.so.cache"):
@@ -302,7 +302,7 @@ def test_ldcache_parser(sim_root: Any) -> None:
 @pytest.mark.root
 def test_prestart_dry_run_subprocess(sim_root: Any, tmp_path: Path) -> None:
     """`nvhook prestart --dry-run` with random state and spec: exit 0 or 1, one stderr line."""
-    from nvhook.demo_driver import nvhook_command
+    from nvhook.demo.driver import nvhook_command
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs/proc").mkdir(parents=True)

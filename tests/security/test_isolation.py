@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvhook.demo_bundle import Runc
+from nvhook.demo.bundle import Runc
 from tests.fixtures.containers import CGROUP2_RUNC
 from tests.security.fixtures import PROBE, AttackRig, HostOracle
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from nvhook.demo_bundle import container_cgroup_dirs, delete_container, new_container_id
+from nvhook.demo.bundle import container_cgroup_dirs, delete_container, new_container_id
 from tests.fixtures.containers import open_fd_count
 from tests.security.conftest import LONG
 from tests.security.fixtures import AttackRig, HostOracle

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo_rootfs import copy_rootfs
+from nvhook.demo.rootfs import copy_rootfs
+from nvhook.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
 from nvmount.engine import EngineOptions, EngineRequest
-from nvmount.plan_types import CompatMode
-from nvmount.sim import SimRoot
+from nvmount.plan.types import CompatMode
 from tests.fixtures.containers import RootfsCache
 from tests.security.conftest import LONG
 from tests.security.fixtures import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from nvmount.ldcache import LdcacheEntry
+from nvmount.discover.ldcache import LdcacheEntry
 
 
 def _strtab(entries: tuple[LdcacheEntry, ...], base: int) -> tuple[bytes, list[tuple[int, int]]]:

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from nvmount._libc import Libc
-from nvmount.apply import apply_plan, clone_sources
+from nvmount.apply.journal import Journal
+from nvmount.apply.steps import apply_plan, clone_sources
 from nvmount.capabilities import DriverCapability as C
 from nvmount.errors import MountError, NvmountError
 from nvmount.faults import Faults
-from nvmount.journal import Journal
-from nvmount.plan_types import (
+from nvmount.fs.procfs import ProcFs
+from nvmount.fs.rootfs import Root
+from nvmount.plan.types import (
     RO_DEV,
     RO_LIB,
     RO_PROC,
@@ -32,8 +34,6 @@ from nvmount.plan_types import (
     Tmpfs,
     WriteFile,
 )
-from nvmount.procfs import ProcFs
-from nvmount.rootfs import Root
 from tests.unit._privns import in_private_ns
 
 pytestmark = pytest.mark.root

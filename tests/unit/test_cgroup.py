@@ -1,4 +1,4 @@
-"""nvmount.cgroup and cgroup_v1: parsing and path detection (pure, table-driven), and v1
+"""nvmount.cgroup.common and cgroup_v1: parsing and path detection (pure, table-driven), and v1
 device rules against the real v1 devices hierarchy of this machine (root)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from nvmount._libc import Libc
-from nvmount.cgroup import (
+from nvmount.cgroup.common import (
     CgroupCandidate,
     CgroupLine,
     allow_devices,
@@ -22,10 +22,10 @@ from nvmount.cgroup import (
     unescape_mountinfo,
     validate_rules,
 )
-from nvmount.cgroup_v1 import ListEntry, missing_access, parse_devices_list
-from nvmount.container_types import CgroupTarget
+from nvmount.cgroup.v1 import ListEntry, missing_access, parse_devices_list
+from nvmount.container.types import CgroupTarget
 from nvmount.errors import CgroupError
-from nvmount.plan_types import DeviceRule
+from nvmount.plan.types import DeviceRule
 from tests.fixtures.cgroup import (
     CgroupProbe,
     cgroup2_mount,

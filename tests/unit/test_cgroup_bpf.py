@@ -1,4 +1,4 @@
-"""nvmount.cgroup_bpf: the assembler (pure, checked with a tiny interpreter) and cgroup v2
+"""nvmount.cgroup.bpf: the assembler (pure, checked with a tiny interpreter) and cgroup v2
 device programs replaced on a real cgroup2 hierarchy mounted in a private mount namespace."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from nvmount import _libc as L
-from nvmount import cgroup_bpf
-from nvmount.cgroup import allow_devices
-from nvmount.cgroup_bpf import (
+from nvmount.cgroup import bpf as cgroup_bpf
+from nvmount.cgroup.bpf import (
     ACC_MKNOD,
     ACC_READ,
     ACC_WRITE,
@@ -31,9 +30,10 @@ from nvmount.cgroup_bpf import (
     rule_block,
     unreloadable_reason,
 )
-from nvmount.container_types import CgroupTarget
+from nvmount.cgroup.common import allow_devices
+from nvmount.container.types import CgroupTarget
 from nvmount.errors import CgroupError
-from nvmount.plan_types import DeviceRule
+from nvmount.plan.types import DeviceRule
 from tests.fixtures.cgroup import (
     CgroupProbe,
     bpftool_path,

@@ -1,4 +1,4 @@
-"""nvmount.container: opening the target container (F16) and detecting its layout (§2.2)."""
+"""nvmount.container.open: opening the target container (F16) and detecting its layout (§2.2)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvmount._libc import Libc
-from nvmount.container import (
+from nvmount.container.open import (
     IDENTITY_UID_MAP,
     check_rootfs_path,
     choose_layout,
@@ -20,9 +20,9 @@ from nvmount.container import (
     open_container,
     parse_id_map,
 )
-from nvmount.container_types import Container, ContainerLayout
+from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, PathError
-from nvmount.rootfs import Root
+from nvmount.fs.rootfs import Root
 from tests.unit._privns import sleeper
 
 root_only = pytest.mark.root

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nvhook import demo_bundle, demo_driver, demo_rootfs
-from nvhook.demo_bundle import HookEntry, container_spec
-from nvhook.demo_rootfs import RootfsFlavor
+from nvhook.demo import bundle as demo_bundle
+from nvhook.demo import driver as demo_driver
+from nvhook.demo import rootfs as demo_rootfs
+from nvhook.demo.bundle import HookEntry, container_spec
+from nvhook.demo.rootfs import RootfsFlavor
 from nvhook.errors import NvhookError
 
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.sim import SimRoot, SimSpec
 from nvmount.capabilities import DriverCapability as Cap
-from nvmount.driver import DiscoveryOptions, discover_driver
-from nvmount.driver_files import find_libraries, library_names
-from nvmount.driver_root import DriverRoot
+from nvmount.discover.driver import DiscoveryOptions, discover_driver
+from nvmount.discover.driver_root import DriverRoot
+from nvmount.discover.files import find_libraries, library_names
+from nvmount.discover.inventory import DriverInventory, FileKind
+from nvmount.discover.ldcache import ARCH_X86_64, LdcacheEntry
 from nvmount.errors import DriverError, NvmlError, SelectionError
-from nvmount.inventory import DriverInventory, FileKind
-from nvmount.ldcache import ARCH_X86_64, LdcacheEntry
-from nvmount.selection import select_devices
-from nvmount.sim import SimRoot, SimSpec
+from nvmount.plan.selection import select_devices
 from tests.fixtures.sim import SimRootFactory
 from tests.unit._elfgen import abi_note, make_elf
 from tests.unit._ldcachegen import write_new
@@ -304,7 +304,8 @@ def test_mig_mode_unsupported_means_not_capable(sim_mig_root: SimRoot,
 def test_nvml_shutdown_runs_after_a_failure(sim_root: SimRoot, monkeypatch: pytest.MonkeyPatch,
                                             caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("NVSIM_FAIL", "nvmlDeviceGetUUID:GPU_IS_LOST,nvmlShutdown:UNKNOWN")
-    with caplog.at_level(logging.WARNING, logger="nvmount._nvml"), pytest.raises(NvmlError):
+    with caplog.at_level(logging.WARNING, logger="nvmount.discover._nvml"), \
+            pytest.raises(NvmlError):
         discover(sim_root)
     assert "nvml nvmlShutdown failed" in caplog.text  # shutdown ran; the first error won
 
@@ -329,7 +330,7 @@ def test_missing_cache(tmp_path: Path) -> None:
 
 
 def test_nvml_is_never_loaded_by_bare_name(tmp_path: Path) -> None:
-    from nvmount._nvml import open_nvml
+    from nvmount.discover._nvml import open_nvml
 
     with pytest.raises(DriverError, match="not an absolute path"), open_nvml("libnvidia-ml.so.1"):
         pass
@@ -447,7 +448,7 @@ def test_mig_minors_can_be_skipped(sim_mig_root: SimRoot) -> None:
 
 
 def test_missing_symbols_are_function_not_found() -> None:
-    from nvmount._nvml import NvmlSession
+    from nvmount.discover._nvml import NvmlSession
 
     session = NvmlSession("/lib/x86_64-linux-gnu/libm.so.6")  # a library without NVML
     with pytest.raises(NvmlError) as err:
@@ -457,7 +458,7 @@ def test_missing_symbols_are_function_not_found() -> None:
 
 
 def test_caller_provided_nvml_session(sim_root: SimRoot) -> None:
-    from nvmount._nvml import open_nvml
+    from nvmount.discover._nvml import open_nvml
 
     with open_nvml(sim_root.nvml_path) as session:
         inv = discover_driver(sim_root.path, proc_root=sim_root.proc_root, nvml=session)
@@ -465,7 +466,7 @@ def test_caller_provided_nvml_session(sim_root: SimRoot) -> None:
 
 
 def test_load_failure_names_the_library(tmp_path: Path) -> None:
-    from nvmount._nvml import open_nvml
+    from nvmount.discover._nvml import open_nvml
 
     bad = tmp_path / "libnvidia-ml.so.1"
     bad.write_bytes(b"not a library")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvmount.elf import ELFCLASS32, ELFCLASS64, ElfFormatError, parse_elf, read_elf
+from nvmount.discover.elf import ELFCLASS32, ELFCLASS64, ElfFormatError, parse_elf, read_elf
 from tests.unit._elfgen import EM_386, EM_X86_64, abi_note, make_elf
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo_rootfs import RootfsFlavor, copy_rootfs
+from nvhook.demo.rootfs import RootfsFlavor, copy_rootfs
+from nvhook.sim import SimRoot
+from nvhook.sim.prestart import mount_proc_driver
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
 from nvmount.engine import (
@@ -33,9 +35,7 @@ from nvmount.engine import (
 )
 from nvmount.errors import NvmountError, RequirementError
 from nvmount.faults import Faults
-from nvmount.plan_types import Bind
-from nvmount.sim import SimRoot
-from nvmount.sim.prestart import mount_proc_driver
+from nvmount.plan.types import Bind
 from tests.fixtures.cgroup import devices_list, require_v1_devices, v1_cgroup
 from tests.fixtures.containers import RootfsCache
 
@@ -265,7 +265,7 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
     import shutil
     import tempfile
 
-    from nvmount.sim import SimSpec, create_sim_root
+    from nvhook.sim import SimSpec, create_sim_root
     from tests.unit._privns import in_private_ns
 
     top = Path(tempfile.mkdtemp(prefix="nvhook-dry-"))

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvmount.errors import DriverError
-from nvmount.ldcache import (
+from nvmount.discover.ldcache import (
     ARCH_I386,
     ARCH_X86_64,
     LdcacheEntry,
     parse_ldcache,
     read_ldcache,
 )
+from nvmount.errors import DriverError
 from tests.unit._elfgen import make_elf
 from tests.unit._ldcachegen import write_compat, write_new, write_old
 

@@ -1,4 +1,4 @@
-"""nvmount.ldconfig: the host ldconfig run for a container, in its sandbox. All real.
+"""nvmount.ldcache.ldconfig: the host ldconfig run for a container, in its sandbox. All real.
 
 A "container" here is a `sleep` in a private mount namespace (optionally with procfs mounts
 under its rootfs, as runc has them at prestart time) and a minimal glibc rootfs in a tmp dir.
@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from nvmount._libc import Libc
+from nvmount.discover.ldcache import read_ldcache
 from nvmount.errors import LdcacheError
-from nvmount.ldcache import read_ldcache
-from nvmount.ldconfig import LdconfigResult, resolve_ldconfig, run_ldconfig, seal_binary
-from nvmount.ldconfig_sandbox import SandboxLimits
+from nvmount.ldcache.ldconfig import LdconfigResult, resolve_ldconfig, run_ldconfig, seal_binary
+from nvmount.ldcache.sandbox import SandboxLimits
 from tests.fixtures.containers import host_mountinfo, open_fd_count
 from tests.unit._privns import sleeper
 

@@ -1,4 +1,4 @@
-"""nvmount.mounts: host-side clones attached into another mount namespace, flags, propagation,
+"""nvmount.apply.mounts: host-side clones attached into another mount namespace, flags, propagation,
 rollback - on the real kernel, in forked children with private mount namespaces."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import pytest
 
 from nvmount import _libc
 from nvmount._libc import Libc
-from nvmount.errors import MountError
-from nvmount.mounts import (
+from nvmount.apply.mounts import (
     apply_flags,
     attach,
     check_source_mode,
@@ -24,10 +23,11 @@ from nvmount.mounts import (
     mount_attrs,
     shared_groups,
 )
-from nvmount.namespace import entered
-from nvmount.plan_types import RO_DEV, RO_LIB, RO_PROC, RW_IPC, MountFlag, SourceKind
-from nvmount.procfs import ProcFs
-from nvmount.rootfs import Root
+from nvmount.apply.namespace import entered
+from nvmount.errors import MountError
+from nvmount.fs.procfs import ProcFs
+from nvmount.fs.rootfs import Root
+from nvmount.plan.types import RO_DEV, RO_LIB, RO_PROC, RW_IPC, MountFlag, SourceKind
 from tests.unit._privns import in_private_ns, sleeper
 from tests.unit.test_rootfs import listing
 

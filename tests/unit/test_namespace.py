@@ -1,4 +1,4 @@
-"""nvmount.namespace: enter a real mount namespace and always come back."""
+"""nvmount.apply.namespace: enter a real mount namespace and always come back."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from nvmount._libc import Libc
+from nvmount.apply.namespace import entered, same_namespace, thread_count
 from nvmount.errors import ContainerError
-from nvmount.namespace import entered, same_namespace, thread_count
 from tests.unit._privns import in_private_ns, sleeper
 
 pytestmark = pytest.mark.root

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nvmount._nvml import open_nvml
+from nvhook.sim.records import SimRoot
+from nvmount.discover._nvml import open_nvml
+from nvmount.discover.nvml_worker import query_nvml
 from nvmount.errors import DriverError, NvmlError
-from nvmount.nvml_worker import query_nvml
-from nvmount.sim.records import SimRoot
 
 
 def _nvml(sim: SimRoot) -> str:
@@ -28,7 +28,7 @@ def test_child_answers_like_an_in_process_session(sim_mig_root: SimRoot) -> None
 
 def test_nvml_is_never_loaded_into_the_calling_process(sim_root: SimRoot) -> None:
     # a fresh interpreter: other tests load NVML into this one on purpose
-    script = ("import sys; from nvmount.nvml_worker import query_nvml; "
+    script = ("import sys; from nvmount.discover.nvml_worker import query_nvml; "
               "query_nvml(sys.argv[1]); print(open('/proc/self/maps').read())")
     out = subprocess.run([sys.executable, "-c", script, _nvml(sim_root)], check=True,
                          capture_output=True, text=True).stdout

@@ -7,15 +7,23 @@ import dataclasses
 import pytest
 
 from nvmount.capabilities import DriverCapability as C
-from nvmount.container_types import ContainerLayout
+from nvmount.container.types import ContainerLayout
+from nvmount.discover.inventory import (
+    DeviceNode,
+    DriverFile,
+    DriverInventory,
+    FileKind,
+    Gpu,
+    MigDevice,
+)
 from nvmount.errors import DriverError, SelectionError
-from nvmount.inventory import DeviceNode, DriverFile, DriverInventory, FileKind, Gpu, MigDevice
-from nvmount.plan import compat_dirs, plan_mounts
-from nvmount.plan_procfs import (
+from nvmount.plan.mounts import compat_dirs, plan_mounts
+from nvmount.plan.procfs import (
     app_profile_bytes,
     rewrite_params,
 )
-from nvmount.plan_types import (
+from nvmount.plan.selection import Selection, select_devices
+from nvmount.plan.types import (
     RO_DEV,
     RO_LIB,
     RO_PROC,
@@ -31,7 +39,6 @@ from nvmount.plan_types import (
     Tmpfs,
     WriteFile,
 )
-from nvmount.selection import Selection, select_devices
 
 VER = "550.54.15"
 ROOT = "/drv"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from nvmount.discover.inventory import DeviceNode, DriverInventory, Gpu, MigDevice
 from nvmount.errors import RequirementError
-from nvmount.inventory import DeviceNode, DriverInventory, Gpu, MigDevice
-from nvmount.requirements import (
+from nvmount.plan.requirements import (
     Facts,
     check_requirement,
     check_requirements,
@@ -14,7 +14,7 @@ from nvmount.requirements import (
     parse_requirement,
     requirement_facts,
 )
-from nvmount.selection import select_devices
+from nvmount.plan.selection import select_devices
 
 FACTS = Facts(cuda="12.4", driver="550.54.15", arch="8.0", brand="Tesla", device="GPU 0 (GPU-x)")
 

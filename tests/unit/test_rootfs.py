@@ -1,4 +1,4 @@
-"""nvmount.rootfs: in-root lookups and creation on real temp trees (security.md F1-F5, F13-F15)."""
+"""nvmount.fs.rootfs: in-root lookups and creation on real temp trees (security.md F1-F5, F13-15)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from nvmount._libc import Libc
 from nvmount.errors import PathError
-from nvmount.plan_types import SourceKind
-from nvmount.rootfs import Created, EntryKind, Root, split_path
+from nvmount.fs.rootfs import Created, EntryKind, Root, split_path
+from nvmount.plan.types import SourceKind
 from tests.unit._privns import in_private_ns
 
 pytestmark = pytest.mark.root

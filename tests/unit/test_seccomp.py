@@ -1,4 +1,4 @@
-"""nvmount.seccomp: the deny-list program (pure; the sandbox test runs it for real)."""
+"""nvmount.ldcache.seccomp: the deny-list program (pure; the sandbox test runs it for real)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from nvmount import seccomp
+from nvmount.ldcache import seccomp
 
 
 def _insns(prog: bytes) -> list[tuple[int, int, int, int]]:

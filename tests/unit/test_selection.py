@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from nvmount.discover.inventory import DeviceNode, Gpu, MigDevice
 from nvmount.errors import SelectionError
-from nvmount.inventory import DeviceNode, Gpu, MigDevice
-from nvmount.selection import Selection, select_devices
+from nvmount.plan.selection import Selection, select_devices
 
 
 def _gpu(index: int, bus: int, migs: int = 0, domain: int = 0) -> Gpu:

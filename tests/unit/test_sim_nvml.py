@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nvmount.sim import SimRoot, SimSpec
+from nvhook.sim import SimRoot, SimSpec
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = pytest.mark.root

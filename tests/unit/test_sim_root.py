@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.sim import SimRoot, SimSpec, catalog, create_sim_root
 from nvmount.errors import SimError
-from nvmount.sim import SimRoot, SimSpec, catalog, create_sim_root
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = pytest.mark.root

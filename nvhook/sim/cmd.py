@@ -1,0 +1,130 @@
+"""`nvhook sim`: the simulated NVIDIA driver (tooling; off the hook's hot path).
+
+    nvhook sim create DIR [--gpus N] [--mig SPEC] [--driver-version V] [--cuda-version V]
+                          [--model NAME]... [--minors LIST] [--ipc] [--imex-channels N]
+                          [--no-32bit] [--build-cache CACHE] [--force] [--json]
+    nvhook sim prestart [--with-nvidia-dir]      (an OCI prestart hook: state on stdin)
+
+`create` builds a driver root in DIR (see nvhook.sim); `nvhook --config DIR/config.toml ...`
+then uses it. `prestart` mounts a tmpfs on the container's /proc/driver (the kernel module
+would provide /proc/driver/nvidia); run it before nvhook's own prestart hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from nvhook.errors import UsageError
+
+if TYPE_CHECKING:
+    from nvhook.cli import GlobalOptions
+    from nvhook.sim import SimRoot, SimSpec
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"nvhook sim: {message} (see nvhook sim --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="nvhook sim", description="simulated NVIDIA driver")
+    sub = parser.add_subparsers(dest="action", required=True)
+    create = sub.add_parser("create", help="build a simulated driver root in DIR")
+    create.add_argument("dir", metavar="DIR")
+    create.add_argument("--gpus", type=int, default=8, help="number of GPUs (0-64, default 8)")
+    create.add_argument("--mig", default="", metavar="SPEC",
+                        help="MIG devices: GPUS=PROFILES[;...], e.g. '0=3g.40gb+2x2g.20gb;"
+                             "1-3=7x1g.10gb' (GPUS: all, 0, 0,2, 0-3)")
+    create.add_argument("--driver-version", default="550.54.15")
+    create.add_argument("--cuda-version", default="12.4")
+    create.add_argument("--model", action="append", default=[], metavar="NAME",
+                        help="GPU model (repeat to cycle models over the GPUs; default "
+                             "NVIDIA A100-SXM4-80GB)")
+    create.add_argument("--minors", default="", metavar="LIST",
+                        help="device minors per GPU index, comma-separated (default 0..N-1)")
+    create.add_argument("--ipc", action="store_true",
+                        help="persistenced/fabricmanager sockets and /tmp/nvidia-mps")
+    create.add_argument("--imex-channels", type=int, default=1, metavar="N")
+    create.add_argument("--no-32bit", action="store_true", help="skip the 32-bit libraries")
+    create.add_argument("--build-cache", default=None, metavar="CACHE",
+                        help="keep/reuse the compiled libraries and binaries in CACHE")
+    create.add_argument("--force", action="store_true",
+                        help="replace an earlier simulated root in DIR")
+    create.add_argument("--json", action="store_true", help="print nvsim.json")
+    prestart = sub.add_parser("prestart", help="OCI prestart step: tmpfs on /proc/driver")
+    prestart.add_argument("--with-nvidia-dir", action="store_true",
+                          help="also create an empty /proc/driver/nvidia")
+    return parser
+
+
+def main(argv: list[str], opts: GlobalOptions) -> int:
+    args = _parser().parse_args(argv)
+    if args.action == "create":
+        return _create(args, opts)
+    return _prestart(args, opts)
+
+
+def _spec(args: argparse.Namespace) -> SimSpec:
+    from nvhook.sim import SimSpec
+    from nvhook.sim.topology import parse_mig_spec
+
+    minors: tuple[int, ...] = ()
+    if args.minors:
+        try:
+            minors = tuple(int(m) for m in args.minors.split(","))
+        except ValueError:
+            raise UsageError(f"nvhook sim create --minors {args.minors!r}: not a list of "
+                             "integers (e.g. 0,1,3,2)") from None
+    models = tuple(args.model) or SimSpec().models
+    return SimSpec(
+        gpus=args.gpus, driver_version=args.driver_version, cuda_version=args.cuda_version,
+        models=models, mig=parse_mig_spec(args.mig, args.gpus) if args.mig else (),
+        minors=minors, ipc=args.ipc, compat32=not args.no_32bit,
+        imex_channels=args.imex_channels,
+    )
+
+
+def _create(args: argparse.Namespace, opts: GlobalOptions) -> int:
+    from nvhook.sim import create_sim_root
+
+    cwd = opts.cwd or os.getcwd()
+    cache = os.path.join(cwd, args.build_cache) if args.build_cache else None
+    sim = create_sim_root(os.path.join(cwd, args.dir), _spec(args), force=args.force,
+                          cache_dir=cache)
+    if args.json:
+        with open(os.path.join(sim.path, "nvsim.json"), encoding="utf-8") as f:
+            sys.stdout.write(f.read())
+    else:
+        sys.stdout.write(_summary(sim))
+    return 0
+
+
+def _summary(sim: SimRoot) -> str:
+    mig = sum(len(g.mig_devices) for g in sim.gpus)
+    lines = [
+        f"simulated NVIDIA driver {sim.driver_version} (CUDA {sim.cuda_version}) with "
+        f"{len(sim.gpus)} GPUs and {mig} MIG devices in {sim.path}",
+        f"  config:     {sim.config_path}",
+        f"  inventory:  {sim.path}/nvsim.json",
+        f"  try:        nvhook --config {sim.config_path} info",
+        f"              LD_LIBRARY_PATH={sim.env()['LD_LIBRARY_PATH']} {sim.nvidia_smi}",
+    ]
+    if not sim.real_device_nodes:
+        lines.append("  note:       mknod was not permitted: /dev nodes are regular files")
+    return "\n".join(lines) + "\n"
+
+
+def _prestart(args: argparse.Namespace, opts: GlobalOptions) -> int:
+    from nvhook.oci import load_spec, load_state, resolve_rootfs
+    from nvhook.sim.prestart import mount_proc_driver
+
+    state = load_state(sys.stdin.buffer)
+    if state.pid <= 0:
+        raise UsageError("nvhook sim prestart: the container state has no pid "
+                         "(run it as an OCI prestart hook)")
+    rootfs = resolve_rootfs(load_spec(state.bundle, cwd=opts.cwd), opts.cwd)
+    mount_proc_driver(state.pid, rootfs, with_nvidia_dir=args.with_nvidia_dir)
+    return 0

@@ -1,0 +1,408 @@
+"""The target container, read from procfs and its rootfs (read stage; changes nothing).
+
+`open_container` holds the container's init with a pidfd, opens `/proc/<pid>` and its
+`ns/mnt` relative to each other, verifies the pid was not reused, refuses a target whose
+mount namespace is our own, and detects the rootfs layout (libnvc-spec §2.2) through
+`/proc/<pid>/root/<rootfs>` (the container namespace's view). `ContainerHandle` owns the
+fds; `record()` gives the plain `Container` record for the planner.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import logging
+import os
+import posixpath
+import stat
+from types import TracebackType
+
+from nvmount.container.types import CgroupTarget, Container, ContainerLayout
+from nvmount.errors import ContainerError, PathError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount._libc import Libc
+    from nvmount.fs.rootfs import Root
+
+log = logging.getLogger(__name__)
+
+IDENTITY_UID_MAP = ((0, 0, 4294967295),)
+
+
+class ContainerHandle:
+    """An opened target container; a context manager owning pidfd, /proc/<pid> fd and mntns fd."""
+
+    def __init__(
+        self,
+        *,
+        pid: int,
+        pidfd: int,
+        proc_fd: int,
+        mntns_fd: int,
+        mntns: tuple[int, int],
+        uid: int,
+        gid: int,
+        in_userns: bool,
+        cgroup: CgroupTarget | None,
+        rootfs: str,
+        layout: ContainerLayout,
+        libc: Libc,
+        ns_rootfs: str = "",
+    ) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.proc_fd = proc_fd  # O_PATH fd on /proc/<pid>
+        self.mntns_fd = mntns_fd  # O_RDONLY fd on /proc/<pid>/ns/mnt (for setns)
+        self.mntns = mntns
+        self.uid = uid
+        self.gid = gid
+        self.in_userns = in_userns
+        self.cgroup = cgroup
+        self.rootfs = rootfs
+        # the rootfs as seen inside the container's mount namespace: `rootfs` before runc's
+        # pivot_root (a prestart hook), "/" after it (a created or paused container)
+        self.ns_rootfs = ns_rootfs or rootfs
+        self.layout = layout
+        self._libc = libc
+
+    def check_alive(self) -> None:
+        """ContainerError if the container's init has exited (signal 0 through the pidfd)."""
+        _check_alive(self.pidfd, self.pid, self._libc)
+
+    def record(self) -> Container:
+        """The plain record of this container for the planner."""
+        return Container(
+            pid=self.pid,
+            rootfs=self.rootfs,
+            uid=self.uid,
+            gid=self.gid,
+            mntns=self.mntns,
+            cgroup=self.cgroup,
+            in_userns=self.in_userns,
+            layout=self.layout,
+        )
+
+    def close(self) -> None:
+        for name in ("mntns_fd", "proc_fd", "pidfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    def __enter__(self) -> ContainerHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_container(
+    pid: int,
+    rootfs: str,
+    *,
+    proc_root: str = "/proc",
+    no_cgroups: bool,
+    libc: Libc,
+) -> ContainerHandle:
+    """Open and verify the container whose init is `pid` and whose rootfs is `rootfs`.
+
+    `proc_root` must be the real procfs of the host pid namespace (not a simulated one).
+    Order: pidfd_open(pid); open /proc/<pid> (must be procfs); signal 0 through the pidfd
+    (the process we hold is still the one /proc/<pid> names: no pid reuse); ns/mnt relative
+    to that fd, refused when it is our own namespace; owner, uid_map, cgroup; layout through
+    /proc/<pid>/root/<rootfs>; a last liveness check. Raises ContainerError (PathError from
+    the layout).
+    """
+    check_rootfs_path(rootfs)
+    if pid <= 0:
+        raise ContainerError(f"open container pid {pid}: not a valid pid (check the OCI state)")
+    pidfd, proc_fd = _open_process(pid, proc_root, libc)
+    mntns_fd = -1
+    try:
+        mntns_fd, mntns = _open_mntns(pid, proc_fd, proc_root)
+        owner = os.fstat(proc_fd)
+        in_userns = parse_id_map(_read_at(proc_fd, "uid_map", pid)) != IDENTITY_UID_MAP
+        cgroup = None if no_cgroups or in_userns else _find_cgroup(pid, proc_root)
+        ns_rootfs = rootfs_in_namespace(proc_fd, rootfs)
+        layout = _layout_via_proc(proc_fd, ns_rootfs, libc)
+        _check_alive(pidfd, pid, libc)
+    except BaseException:
+        for fd in (mntns_fd, proc_fd, pidfd):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    if in_userns:
+        log.info("container pid %d is in a user namespace: device cgroup left alone", pid)
+    return ContainerHandle(
+        pid=pid, pidfd=pidfd, proc_fd=proc_fd, mntns_fd=mntns_fd, mntns=mntns,
+        uid=owner.st_uid, gid=owner.st_gid, in_userns=in_userns, cgroup=cgroup,
+        rootfs=rootfs, layout=layout, libc=libc, ns_rootfs=ns_rootfs,
+    )
+
+
+def check_rootfs_path(rootfs: str) -> None:
+    """ContainerError unless `rootfs` is absolute, lexically clean and not "/" (pure)."""
+    if not rootfs.startswith("/") or posixpath.normpath(rootfs) != rootfs or rootfs == "/":
+        raise ContainerError(
+            f"check rootfs {rootfs!r}: must be an absolute, clean path other than / "
+            "(no '..', '.', '//' or trailing '/')"
+        )
+    if rootfs.startswith("//"):
+        raise ContainerError(f"check rootfs {rootfs!r}: must not start with '//'")
+
+
+def _open_process(pid: int, proc_root: str, libc: Libc) -> tuple[int, int]:
+    """(pidfd, O_PATH fd on /proc/<pid>), verified to be the same live process."""
+    from nvmount import _libc
+
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as err:
+        cause = "no such process" if err.errno == errno.ESRCH else _strerror(err)
+        raise ContainerError(
+            f"open container pid {pid}: {cause} (did the container exit?)"
+        ) from err
+    try:
+        proc_fd = os.open(f"{proc_root}/{pid}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        os.close(pidfd)
+        raise ContainerError(
+            f"open {proc_root}/{pid}: {_strerror(err)} ({_open_hint(err, pid)})"
+        ) from err
+    try:
+        if libc.fstatfs_type(proc_fd) != _libc.PROC_SUPER_MAGIC:
+            raise ContainerError(
+                f"open {proc_root}/{pid}: not on procfs (proc root must be the real /proc)"
+            )
+        _check_alive(pidfd, pid, libc)
+    except BaseException:
+        os.close(proc_fd)
+        os.close(pidfd)
+        raise
+    return pidfd, proc_fd
+
+
+def _open_hint(err: OSError, pid: int) -> str:
+    """What to do about a failed open under /proc/<pid>: gone, or not ours to open."""
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return (f"the hook needs host root with CAP_SYS_PTRACE; is pid {pid} the container's "
+                "init process?")
+    return "did the container exit?"
+
+
+def _check_alive(pidfd: int, pid: int, libc: Libc) -> None:
+    """A pidfd polls readable once its process exited (zombies too); signal 0 double-checks."""
+    import select
+
+    poll = select.poll()
+    poll.register(pidfd, select.POLLIN)
+    try:
+        if poll.poll(0):
+            raise OSError(errno.ESRCH, os.strerror(errno.ESRCH))
+        libc.pidfd_send_signal(pidfd, 0)
+    except PermissionError:  # alive, owned by another (mapped) uid and no CAP_KILL: fine
+        return
+    except OSError as err:
+        raise ContainerError(
+            f"check container pid {pid}: {_strerror(err)} (the process exited; its pid may "
+            "have been reused)"
+        ) from err
+
+
+def _open_mntns(pid: int, proc_fd: int, proc_root: str) -> tuple[int, tuple[int, int]]:
+    """The container's ns/mnt fd (for setns) and its (st_dev, st_ino); never our own."""
+    try:
+        fd = os.open("ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+    except OSError as err:
+        raise ContainerError(
+            f"open {proc_root}/{pid}/ns/mnt: {_strerror(err)} ({_open_hint(err, pid)})"
+        ) from err
+    try:
+        st = os.fstat(fd)
+        own = os.stat(f"{proc_root}/self/ns/mnt")
+    except OSError as err:
+        os.close(fd)
+        raise ContainerError(f"stat mount namespaces: {_strerror(err)}") from err
+    if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+        os.close(fd)
+        raise ContainerError(
+            f"open container pid {pid}: its mount namespace is the hook's own "
+            f"(mnt:[{st.st_ino}]); refusing to mount into the host (state.pid must be the "
+            "container's init, in its own mount namespace)"
+        )
+    return fd, (st.st_dev, st.st_ino)
+
+
+def _read_at(dir_fd: int, name: str, pid: int) -> str:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+        try:
+            return os.read(fd, 65536).decode("ascii", "replace")
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise ContainerError(
+            f"read /proc/{pid}/{name}: {_strerror(err)} (did the container exit?)"
+        ) from err
+
+
+def _find_cgroup(pid: int, proc_root: str) -> CgroupTarget | None:
+    from nvmount.cgroup.common import find_cgroup
+
+    return find_cgroup(pid, proc_root)
+
+
+def rootfs_in_namespace(proc_fd: int, rootfs: str) -> str:
+    """Where the rootfs is inside the container's mount namespace: "/" when the container's
+    root already is the rootfs (runc pivoted: a created or paused container), else `rootfs`
+    (a prestart hook runs before pivot_root)."""
+    try:
+        inside = os.stat("root/", dir_fd=proc_fd)  # the trailing slash follows the magic link
+        host = os.stat(rootfs, follow_symlinks=False)
+    except OSError:
+        return rootfs
+    return "/" if (inside.st_dev, inside.st_ino) == (host.st_dev, host.st_ino) else rootfs
+
+
+def _layout_via_proc(proc_fd: int, ns_rootfs: str, libc: Libc) -> ContainerLayout:
+    """Detect the layout through /proc/<pid>/root<rootfs>: the container namespace's view."""
+    from nvmount.fs.procfs import ProcFs
+    from nvmount.fs.rootfs import Root
+
+    path = "root/" if ns_rootfs == "/" else "root" + ns_rootfs
+    with ProcFs.open(libc, private=False) as procfs, Root.open(
+        path, libc, dir_fd=proc_fd, procfs=procfs, ns_root=ns_rootfs == "/"
+    ) as root:
+        return detect_layout(root)
+
+
+# -- pure decisions -----------------------------------------------------------------------
+def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
+    """Parse /proc/<pid>/uid_map text into (inside, outside, count) triples."""
+    triples = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 3 or not all(f.isdigit() for f in fields):
+            raise ContainerError(f"parse uid_map line {line!r}: expected three numbers")
+        triples.append((int(fields[0]), int(fields[1]), int(fields[2])))
+    return tuple(triples)
+
+
+_DEBIAN_DIRS = {
+    "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"),
+    "aarch64": ("/usr/lib/aarch64-linux-gnu", "/var/empty"),
+    "ppc64le": ("/usr/lib/powerpc64le-linux-gnu", "/var/empty"),
+}
+
+
+def choose_layout(
+    machine: str,
+    *,
+    debian: bool,
+    has_usr_lib32: bool,
+    has_usr_lib: bool,
+    usr_lib_is_lib64: bool,
+    cuda_compat_libs: tuple[str, ...] = (),
+) -> ContainerLayout:
+    """libnvc-spec §2.2 target directories from facts about the rootfs (pure).
+
+    Difference: aarch64's libs_dir has no trailing slash (libnvc keeps one).
+    """
+    if machine not in _DEBIAN_DIRS:
+        raise ContainerError(
+            f"choose library directories: unsupported architecture {machine!r} "
+            f"(supported: {', '.join(_DEBIAN_DIRS)})"
+        )
+    if debian:
+        libs, libs32 = _DEBIAN_DIRS[machine]
+    else:
+        libs = "/usr/lib64"
+        if has_usr_lib32 or not has_usr_lib or usr_lib_is_lib64:
+            libs32 = "/usr/lib32"
+        else:
+            libs32 = "/usr/lib"
+    return ContainerLayout("/usr/bin", libs, libs32, cuda_compat_libs)
+
+
+def is_compat_lib_name(name: str) -> bool:
+    """Whether a directory entry name matches the compat glob `lib*.so.*`."""
+    return fnmatch.fnmatchcase(name, "lib*.so.*")
+
+
+# -- reads --------------------------------------------------------------------------------
+COMPAT_DIR = "/usr/local/cuda/compat"
+MAX_COMPAT_ENTRIES = 4096
+
+
+def detect_layout(root: Root, machine: str | None = None) -> ContainerLayout:
+    """Read the facts `choose_layout` needs from `root` and the CUDA compat libs list.
+
+    Compat libs: /usr/local/cuda/compat/lib*.so.*, each resolved inside the root; only
+    regular files count; the result is their resolved container paths, deduplicated, sorted.
+    """
+    return choose_layout(
+        machine or os.uname().machine,
+        debian=root.exists("/etc/debian_version"),
+        has_usr_lib32=_is_dir(root, "/usr/lib32"),
+        has_usr_lib=_is_dir(root, "/usr/lib"),
+        usr_lib_is_lib64=_same_file(root, "/usr/lib", "/usr/lib64"),
+        cuda_compat_libs=find_compat_libs(root),
+    )
+
+
+def find_compat_libs(root: Root) -> tuple[str, ...]:
+    """Resolved container paths of the regular files matching the compat glob."""
+    try:
+        dfd = root.open_path(COMPAT_DIR, os.O_RDONLY | os.O_DIRECTORY)
+    except PathError:
+        return ()
+    try:
+        names = sorted(n for n in os.listdir(dfd)[:MAX_COMPAT_ENTRIES] if is_compat_lib_name(n))
+    finally:
+        os.close(dfd)
+    found: set[str] = set()
+    for name in names:
+        try:
+            fd = root.open_path(f"{COMPAT_DIR}/{name}", os.O_PATH)
+        except PathError as err:
+            log.info("skip compat lib %s/%s: %s", COMPAT_DIR, name, err)
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                found.add(root.real_path(fd))
+            else:
+                log.info("skip compat lib %s/%s: not a regular file", COMPAT_DIR, name)
+        finally:
+            os.close(fd)
+    return tuple(sorted(found))
+
+
+def _is_dir(root: Root, path: str) -> bool:
+    st = _stat(root, path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _same_file(root: Root, a: str, b: str) -> bool:
+    sa, sb = _stat(root, a), _stat(root, b)
+    return sa is not None and sb is not None and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _stat(root: Root, path: str) -> os.stat_result | None:
+    try:
+        fd = root.open_path(path, os.O_PATH)
+    except PathError:
+        return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _strerror(err: OSError) -> str:
+    return os.strerror(err.errno).lower() if err.errno else str(err)

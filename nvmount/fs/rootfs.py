@@ -1,0 +1,393 @@
+"""In-root path operations on an untrusted container rootfs (apply stage; touches the rootfs).
+
+`Root` is an opened container root. Lookups are relative to its fd with
+openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS). Creating walks component by component
+(`rootfs_walk.Walker`): each step is a single-name O_NOFOLLOW open relative to the verified
+parent fd; symlinks are followed by hand as if chrooted (absolute links restart at the root, `..`
+never leaves it), any symlink that lives on procfs (a magic link) is refused, missing
+directories are created with mkdirat relative to the parent fd, leaves with
+O_CREAT|O_EXCL|O_NOFOLLOW. Every fd handed out is re-checked via
+readlink(/proc/thread-self/fd/N) (through a verified procfs handle) to be inside the rootfs
+and not the rootfs itself.
+
+What we create is returned as `Created` records so rollback (`remove_created`) removes
+exactly that, by parent fd + name, and only if (st_dev, st_ino) still match.
+
+Open `Root` in (or through `/proc/<pid>/root` into) the mount namespace whose mounts you will
+change: move_mount needs the target fd on a mount of the caller's namespace.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import posixpath
+import stat
+from types import TracebackType
+
+from nvmount.errors import PathError
+from nvmount.fs.walk import (
+    Created,
+    EntryKind,
+    Walker,
+    cause,
+    is_symlink,
+    show,
+    split_leaf,
+    split_path,
+    type_name,
+)
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount._libc import Libc
+    from nvmount.fs.procfs import ProcFs
+    from nvmount.plan.types import SourceKind
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Created", "EntryKind", "Root", "show", "split_path"]
+
+_CLOEXEC = os.O_CLOEXEC
+_PATH = os.O_PATH | os.O_CLOEXEC
+
+
+class Root:
+    """An opened container root: an O_PATH|O_DIRECTORY fd plus its kernel path prefix.
+
+    A context manager; closes its fd (and the procfs handle, if it opened one).
+    """
+
+    def __init__(self, fd: int, host_path: str, prefix: str, libc: Libc, procfs: ProcFs,
+                 owns_procfs: bool) -> None:
+        self.fd = fd
+        self.host_path = host_path
+        self.prefix = prefix  # readlink of our fd: what kernel paths inside the root start with
+        self.libc = libc
+        self._procfs = procfs
+        self._owns_procfs = owns_procfs
+
+    @classmethod
+    def open(
+        cls,
+        host_path: str,
+        libc: Libc,
+        *,
+        dir_fd: int | None = None,
+        procfs: ProcFs | None = None,
+        require_proc_dir: bool = False,
+        ns_root: bool = False,
+    ) -> Root:
+        """Open the rootfs at `host_path` (relative to `dir_fd`) O_PATH|O_DIRECTORY|O_NOFOLLOW.
+
+        Refuses a rootfs that is itself a symlink. With `require_proc_dir`, refuses a rootfs
+        whose `/proc` is not an ordinary directory (CVE-2023-27561 class). Without `procfs`,
+        opens (and owns) a verified procfs handle. A rootfs whose kernel path is "/" is
+        refused unless `ns_root` says it is the root of the container's own mount namespace
+        (a container after runc's pivot_root: created or paused). Raises PathError.
+        """
+        from nvmount.fs.procfs import ProcFs
+
+        flags = _PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+        try:
+            fd = os.open(host_path, flags, dir_fd=dir_fd)
+        except OSError as err:
+            why = cause(err)
+            if err.errno in (errno.ELOOP, errno.ENOTDIR) and is_symlink(host_path, dir_fd):
+                why = "the rootfs is a symlink"
+            raise PathError(f"open rootfs {host_path}: {why} (give the real directory)") from err
+        owns = procfs is None
+        try:
+            if procfs is None:
+                procfs = ProcFs.open(libc)
+            prefix = procfs.fd_path(fd)
+            if (not prefix.startswith("/") or prefix.endswith(" (deleted)")
+                    or (prefix == "/" and not ns_root)):
+                raise PathError(f"open rootfs {host_path}: resolves to {prefix!r} (not usable)")
+            root = cls(fd, host_path, prefix, libc, procfs, owns)
+        except BaseException:
+            os.close(fd)
+            if owns and procfs is not None:
+                procfs.close()
+            raise
+        if require_proc_dir:
+            try:
+                root.check_proc_dir()
+            except BaseException:
+                root.close()
+                raise
+        return root
+
+    def check_proc_dir(self) -> None:
+        """PathError unless the rootfs's /proc is an ordinary directory (not a symlink)."""
+        try:
+            st = os.stat("proc", dir_fd=self.fd, follow_symlinks=False)
+        except OSError as err:
+            raise self._error("check", "/proc", err) from err
+        if not stat.S_ISDIR(st.st_mode):
+            raise PathError(
+                f"check /proc in rootfs {self.host_path}: must be mounted on ordinary directory "
+                f"(found {type_name(st.st_mode)})"
+            )
+
+    def check_proc_mounted(self) -> None:
+        """PathError unless the rootfs's /proc is a procfs mount. Runtimes mount it before any
+        prestart hook runs, so a plain directory means `root.path` is not the container's
+        rootfs (e.g. a host directory that has a proc/ subdirectory) and nothing may be
+        created there (F16); a tmpfs or other mount over it means /proc was replaced."""
+        from nvmount._libc import PROC_SUPER_MAGIC
+
+        try:
+            fd = os.open("proc", _PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.fd)
+        except OSError as err:
+            raise self._error("check", "/proc", err) from err
+        try:
+            magic = self.libc.fstatfs_type(fd)
+        finally:
+            os.close(fd)
+        if magic != PROC_SUPER_MAGIC:
+            raise PathError(
+                f"check /proc in rootfs {self.host_path}: not a procfs mount (runtimes mount "
+                "/proc before prestart hooks: is root.path the container's rootfs?)"
+            )
+
+    # -- lookups ----------------------------------------------------------------------------
+    def open_path(self, path: str, flags: int = 0, *, follow: bool = True) -> int:
+        """Open container `path` inside the root; returns an fd the caller closes.
+
+        `flags` are added to O_CLOEXEC; without an O_RDONLY-style intent pass os.O_PATH
+        (the default 0 means O_PATH). O_RDONLY on a FIFO or device would be unsafe: open such
+        paths O_PATH and fstat first. With `follow=False` a leaf symlink is not followed.
+        The fd is verified to be inside the rootfs (or the root itself for "/"). Raises
+        PathError naming `path` and the rootfs.
+        """
+        try:
+            return self.open_raw(path, flags, follow=follow)
+        except OSError as err:
+            raise self._error("open", path, err) from err
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` resolves inside the root (following symlinks in-root)."""
+        try:
+            os.close(self.open_raw(path, 0, follow=True))
+        except (OSError, PathError):
+            return False
+        return True
+
+    def real_path(self, fd: int) -> str:
+        """The container path of an fd opened inside this root ("/" for the root itself)."""
+        path = self._procfs.fd_path(fd)
+        if path == self.prefix:
+            return "/"
+        if self.prefix == "/" and path.startswith("/") and not path.endswith(" (deleted)"):
+            return path  # the namespace's root is the rootfs: everything reachable is inside
+        if path.startswith(self.prefix + "/") and not path.endswith(" (deleted)"):
+            return path[len(self.prefix):]
+        raise PathError(
+            f"verify {show(path)}: not inside rootfs {self.host_path} (renamed or raced away; "
+            "retry, and check for a process sharing the rootfs)"
+        )
+
+    def open_raw(self, path: str, flags: int, *, follow: bool) -> int:
+        from nvmount import _libc
+
+        if not flags:
+            flags = os.O_PATH
+        if not follow:
+            flags |= os.O_NOFOLLOW
+        resolve = _libc.RESOLVE_IN_ROOT | _libc.RESOLVE_NO_MAGICLINKS
+        fd = self.libc.openat2(self.fd, path, flags | _CLOEXEC, 0, resolve)
+        try:
+            self.real_path(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    # -- creation ---------------------------------------------------------------------------
+    def ensure_dir(
+        self, path: str, mode: int = 0o755, uid: int = 0, gid: int = 0
+    ) -> tuple[int, tuple[Created, ...]]:
+        """Resolve `path` as a directory inside the root, creating what is missing.
+
+        Symlinks (also the leaf) are followed as if chrooted; magic links are refused.
+        Returns an fd on the directory (O_PATH, or O_RDONLY if we created it; inside the root,
+        the root itself only for "/") and the entries created (ancestors first), owned by
+        uid:gid with `mode`.
+        """
+        walker = Walker(self, uid, gid, mode)
+        try:
+            fd = walker.walk(path)
+        except OSError as err:
+            raise self._error("create directory", path, err, walker.created) from err
+        except PathError:
+            self._undo(walker.created)
+            raise
+        return fd, tuple(walker.created)
+
+    def ensure_file(
+        self, path: str, mode: int = 0o644, uid: int = 0, gid: int = 0
+    ) -> tuple[int, tuple[Created, ...]]:
+        """Resolve or create regular file `path` (a mount point for a file source).
+
+        Ancestors as in `ensure_dir`. The leaf is never followed: a symlink, FIFO, socket or
+        device there is replaced (unlinked by parent fd + name, then created) and logged; an
+        existing regular file is reused; a directory is an error.
+        """
+        return self._ensure_leaf(path, mode, uid, gid, reuse=stat.S_IFREG)
+
+    def ensure_mountpoint(
+        self, path: str, kind: SourceKind, uid: int = 0, gid: int = 0, mode: int | None = None
+    ) -> tuple[int, tuple[Created, ...]]:
+        """A mount target for a source of `kind`: a directory for DIRECTORY, else a file.
+
+        For DEVICE an existing char device and for SOCKET an existing socket at the target
+        are reused too (mounted over). The target is never the rootfs itself. Returns
+        (fd, created entries); the fd is O_PATH (or O_RDONLY on what we created).
+        """
+        from nvmount.plan.types import SourceKind
+
+        if kind is SourceKind.DIRECTORY:
+            fd, created = self.ensure_dir(path, 0o755 if mode is None else mode, uid, gid)
+            if self.real_path(fd) == "/":
+                os.close(fd)
+                raise PathError(
+                    f"create mount point {show(path)} in rootfs {self.host_path}: resolves to "
+                    "the rootfs itself (a symlink to / in the image?)"
+                )
+            return fd, created
+        reuse = {SourceKind.DEVICE: stat.S_IFCHR, SourceKind.SOCKET: stat.S_IFSOCK}
+        return self._ensure_leaf(
+            path, 0o644 if mode is None else mode, uid, gid, reuse=reuse.get(kind, stat.S_IFREG)
+        )
+
+    def _ensure_leaf(
+        self, path: str, mode: int, uid: int, gid: int, *, reuse: int
+    ) -> tuple[int, tuple[Created, ...]]:
+        parent, name = split_leaf(path)
+        walker = Walker(self, uid, gid, 0o755)
+        try:
+            pfd = walker.walk(parent)
+            try:
+                fd = walker.leaf_file(pfd, name, mode, reuse)
+            finally:
+                os.close(pfd)
+        except OSError as err:
+            raise self._error("create mount point", path, err, walker.created) from err
+        except PathError:
+            self._undo(walker.created)
+            raise
+        return fd, tuple(walker.created)
+
+    def symlink(self, path: str, link_text: str, uid: int = 0, gid: int = 0) -> tuple[Created, ...]:
+        """Create symlink `path` -> `link_text` (symlinkat to a temp name, renameat2 NOREPLACE).
+
+        Missing parents are created. An existing entry of any type at `path` is kept: the
+        result has no SYMLINK entry then (only created parents, if any).
+        """
+        parent, name = split_leaf(path)
+        walker = Walker(self, uid, gid, 0o755)
+        try:
+            pfd = walker.walk(parent)
+            try:
+                walker.leaf_symlink(pfd, name, link_text)
+            finally:
+                os.close(pfd)
+        except OSError as err:
+            raise self._error("create symlink", path, err, walker.created) from err
+        except PathError:
+            self._undo(walker.created)
+            raise
+        return tuple(walker.created)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o444) -> Created:
+        """Create regular file `path` with `data` (O_CREAT|O_EXCL|O_NOFOLLOW; parent must exist).
+
+        Only for files inside a tmpfs this engine mounted; owned by root.
+        """
+        parent, name = split_leaf(path)
+        pfd = self.open_path(parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+            fd = os.open(name, flags, 0o600, dir_fd=pfd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, mode)
+                st = os.fstat(fd)
+                real_parent = self.real_path(pfd)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise self._error("write", path, err) from err
+        finally:
+            os.close(pfd)
+        return Created(posixpath.join(real_parent, name), real_parent, name, EntryKind.FILE,
+                       st.st_dev, st.st_ino)
+
+    # -- rollback ---------------------------------------------------------------------------
+    def remove_created(self, entry: Created) -> bool:
+        """Remove `entry` by parent fd + name if (st_dev, st_ino) still match; True if removed.
+
+        A non-empty directory, a vanished entry or a mismatch is logged and kept. Detach any
+        mount on the entry first (a mounted entry does not match).
+        """
+        try:
+            pfd = self.open_raw(entry.parent, os.O_PATH | os.O_DIRECTORY, follow=True)
+        except (OSError, PathError) as err:
+            log.warning("keep %s: parent not found inside the rootfs (%s)", entry.path, err)
+            return False
+        try:
+            st = os.stat(entry.name, dir_fd=pfd, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) != (entry.dev, entry.ino):
+                log.warning("keep %s: it is no longer the entry we created", entry.path)
+                return False
+            if entry.kind is EntryKind.DIRECTORY:
+                os.rmdir(entry.name, dir_fd=pfd)
+            else:
+                os.unlink(entry.name, dir_fd=pfd)
+        except OSError as err:
+            if err.errno in (errno.ENOENT, errno.ENOTEMPTY, errno.EBUSY):
+                log.warning("keep %s: %s", entry.path, os.strerror(err.errno or 0).lower())
+                return False
+            raise self._error("remove", entry.path, err) from err
+        finally:
+            os.close(pfd)
+        log.debug("removed %s %s", entry.kind.value, entry.path)
+        return True
+
+    def _undo(self, created: list[Created]) -> None:
+        for entry in reversed(created):
+            try:
+                self.remove_created(entry)
+            except PathError as err:
+                log.warning("rollback: %s", err)
+
+    def _error(
+        self, op: str, path: str, err: OSError, created: list[Created] | None = None
+    ) -> PathError:
+        if created:
+            self._undo(created)
+        return PathError(f"{op} {show(path)} in rootfs {self.host_path}: {cause(err)}")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self._owns_procfs:
+            self._procfs.close()
+
+    def __enter__(self) -> Root:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+

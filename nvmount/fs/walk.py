@@ -1,0 +1,297 @@
+"""The creating walk behind `rootfs.Root` (apply stage; touches the rootfs).
+
+`Walker.walk(path)` resolves a container path component by component, each step a
+single-name O_NOFOLLOW open relative to the verified parent fd: symlinks are followed by
+hand as if chrooted (absolute links restart at the root, `..` never leaves it; at most 40),
+a symlink that lives on procfs (a magic link, or /proc/self) is refused, missing
+directories are created with mkdirat relative to the parent fd and recorded as `Created`.
+Leaves are created with O_CREAT|O_EXCL|O_NOFOLLOW; special entries at a file target
+(symlink, FIFO, socket, device) are unlinked by parent fd + name after an inode check and
+replaced, never opened for reading. Symlinks go to a random temp name first and are
+renamed into place with RENAME_NOREPLACE.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+import os
+import posixpath
+import stat
+from dataclasses import dataclass
+
+from nvmount.errors import PathError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.fs.rootfs import Root
+
+log = logging.getLogger(__name__)
+
+MAX_SYMLINKS = 40  # the kernel's limit, also for our hand-made walk
+PATH_MAX = 4096
+NAME_MAX = 255
+_CLOEXEC = os.O_CLOEXEC
+_PATH = os.O_PATH | os.O_CLOEXEC
+_CAUSES = {
+    errno.ELOOP: "symlink loop or more than 40 symlinks (or a magic link under /proc)",
+    errno.ENAMETOOLONG: "name too long",
+    errno.EXDEV: "path escapes through a magic link (/proc/...) or leaves the rootfs",
+    errno.ENOTDIR: "a path component is not a directory",
+    errno.ENOENT: "no such file or directory",
+    errno.EROFS: "read-only filesystem (the rootfs is mounted read-only)",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOSPC: "no space left on device",
+}
+
+
+class EntryKind(enum.Enum):
+    DIRECTORY = "directory"
+    FILE = "file"
+    SYMLINK = "symlink"
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """One filesystem entry we created inside the rootfs (for rollback)."""
+
+    path: str  # container path of the entry (physical: parent resolved, no symlinks)
+    parent: str  # container path of its parent directory
+    name: str  # its name in the parent
+    kind: EntryKind
+    dev: int  # (st_dev, st_ino) right after creation; removal requires a match
+    ino: int
+
+
+def show(path: str, limit: int = 160) -> str:
+    """A container path for messages, shortened when absurdly long (F15)."""
+    return path if len(path) <= limit else f"{path[:limit]}...({len(path)} chars)"
+
+
+def split_path(path: str) -> list[str]:
+    """Components of a container path; "" and "." dropped (pure)."""
+    return [c for c in path.split("/") if c not in ("", ".")]
+
+
+class Walker:
+    """One creating walk: follows symlinks as if chrooted, records what it creates."""
+
+    def __init__(self, root: Root, uid: int, gid: int, mode: int) -> None:
+        self.root = root
+        self.uid = uid
+        self.gid = gid
+        self.mode = mode
+        self.created: list[Created] = []
+        self.links = 0
+
+    def walk(self, path: str) -> int:
+        """An fd on directory `path` (created as needed); the caller closes it."""
+        if len(path.encode()) >= PATH_MAX:
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        todo = split_path(path)
+        cur = os.dup(self.root.fd)
+        real = "/"
+        try:
+            while todo:
+                comp = todo.pop(0)
+                nxt, real, link = self._step(cur, real, comp)
+                os.close(cur)
+                cur = nxt
+                if link is not None:
+                    todo[:0] = split_path(link)
+                    if link.startswith("/"):
+                        os.close(cur)
+                        cur, real = os.dup(self.root.fd), "/"
+        except BaseException:
+            os.close(cur)
+            raise
+        return cur
+
+    def _step(self, cur: int, real: str, comp: str) -> tuple[int, str, str | None]:
+        """Descend from `cur` (at container path `real`) into `comp`.
+
+        Returns (new dir fd, its container path, link text if `comp` was a symlink: then
+        the new fd is `cur`'s dup and the caller splices the link text in).
+        """
+        if comp == "..":
+            real = posixpath.dirname(real)
+            return self.root.open_raw(real, os.O_PATH | os.O_DIRECTORY, follow=True), real, None
+        if len(comp.encode()) > NAME_MAX:
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        try:
+            fd = os.open(comp, _PATH | os.O_NOFOLLOW, dir_fd=cur)
+        except FileNotFoundError:
+            fd = self._mkdir(cur, real, comp)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):
+                text = self._link_text(fd, real, comp)
+                os.close(fd)
+                return os.dup(cur), real, text
+            if not stat.S_ISDIR(st.st_mode):
+                raise PathError(
+                    f"resolve {show(posixpath.join(real, comp))} in rootfs "
+                    f"{self.root.host_path}: is a {type_name(st.st_mode)}, not a directory "
+                    "(remove it from the image)"
+                )
+            return fd, self.root.real_path(fd), None
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _link_text(self, fd: int, real: str, comp: str) -> str:
+        from nvmount import _libc
+
+        where = posixpath.join(real, comp)
+        if self.root.libc.fstatfs_type(fd) == _libc.PROC_SUPER_MAGIC:
+            raise PathError(
+                f"resolve {where} in rootfs {self.root.host_path}: path escapes through a magic "
+                "link (/proc/...) (refusing to follow procfs symlinks)"
+            )
+        self.links += 1
+        if self.links > MAX_SYMLINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        text = os.readlink("", dir_fd=fd)
+        log.debug("following symlink %s -> %s inside the rootfs", where, text)
+        return text
+
+    def _mkdir(self, cur: int, real: str, comp: str) -> int:
+        try:
+            os.mkdir(comp, 0o700, dir_fd=cur)
+        except FileExistsError:  # raced with a creator: look again, never follow blindly
+            return os.open(comp, _PATH | os.O_NOFOLLOW, dir_fd=cur)
+        fd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=cur)
+        try:
+            self._own(fd, self.mode, real, comp, EntryKind.DIRECTORY)
+        except BaseException:
+            os.close(fd)
+            raise
+        log.debug("created directory %s", posixpath.join(real, comp))
+        return fd
+
+    def _own(self, fd: int, mode: int, real: str, name: str, kind: EntryKind) -> None:
+        """chown/chmod a fresh entry through its fd and record it."""
+        st = os.fstat(fd)
+        self.created.append(
+            Created(posixpath.join(real, name), real, name, kind, st.st_dev, st.st_ino)
+        )
+        os.fchmod(fd, mode)  # first: once the owner is not us, chmod would need CAP_FOWNER
+        os.fchown(fd, self.uid, self.gid)
+
+    def leaf_file(self, pfd: int, name: str, mode: int, reuse: int) -> int:
+        """An fd on file `name` in dir `pfd`: reused, created, or replacing a special entry."""
+        real = self.root.real_path(pfd)
+        where = posixpath.join(real, name)
+        try:
+            fd = os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=pfd)
+        except FileNotFoundError:
+            return self._create_file(pfd, real, name, mode)
+        try:
+            keep = self._judge_leaf(pfd, name, where, fd, reuse)
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep:
+            return fd
+        os.close(fd)
+        return self._create_file(pfd, real, name, mode)
+
+    def _judge_leaf(self, pfd: int, name: str, where: str, fd: int, reuse: int) -> bool:
+        """True to mount over the existing entry; False after replacing it; error for a dir."""
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise PathError(
+                f"create mount point {show(where)} in rootfs {self.root.host_path}: is a "
+                "directory where a file is expected (remove it from the image)"
+            )
+        if stat.S_IFMT(st.st_mode) in (stat.S_IFREG, reuse):
+            self.root.real_path(fd)
+            log.info("image already has %s; mounting over it", show(where))
+            return True
+        self._replace(pfd, name, where, fd, st)
+        return False
+
+    def _replace(self, pfd: int, name: str, where: str, fd: int, st: os.stat_result) -> None:
+        """Unlink the special entry `name` (a symlink, FIFO, ...) that `fd` refers to."""
+        what = type_name(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            what += f" -> {os.readlink('', dir_fd=fd)}"
+        now = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise PathError(
+                f"replace {where} in rootfs {self.root.host_path}: changed while we looked "
+                "(a process is racing us; retry)"
+            )
+        os.unlink(name, dir_fd=pfd)
+        log.warning("replaced %s at %s with an empty file (never followed)", what, where)
+
+    def _create_file(self, pfd: int, real: str, name: str, mode: int) -> int:
+        flags = os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+        fd = os.open(name, flags, 0o600, dir_fd=pfd)
+        try:
+            self._own(fd, mode, real, name, EntryKind.FILE)
+            self.root.real_path(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        log.debug("created file %s", posixpath.join(real, name))
+        return fd
+
+    def leaf_symlink(self, pfd: int, name: str, link_text: str) -> None:
+        real = self.root.real_path(pfd)
+        where = posixpath.join(real, name)
+        try:
+            os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            log.info("keep existing %s (not replacing it with a symlink)", where)
+            return
+        tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
+        os.symlink(link_text, tmp, dir_fd=pfd)
+        try:
+            os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
+            st = os.stat(tmp, dir_fd=pfd, follow_symlinks=False)
+            from nvmount import _libc
+
+            self.root.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE)
+        except FileExistsError:
+            os.unlink(tmp, dir_fd=pfd)
+            log.info("keep existing %s (not replacing it with a symlink)", where)
+            return
+        except BaseException:
+            os.unlink(tmp, dir_fd=pfd)
+            raise
+        self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
+        log.debug("created symlink %s -> %s", where, link_text)
+
+
+def split_leaf(path: str) -> tuple[str, str]:
+    parts = split_path(path)
+    if not parts or parts[-1] == "..":
+        raise PathError(f"resolve {show(path)}: not a file path (needs a last component)")
+    return "/" + "/".join(parts[:-1]), parts[-1]
+
+
+def is_symlink(path: str, dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def type_name(mode: int) -> str:
+    names = {
+        stat.S_IFREG: "regular file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink",
+        stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
+        stat.S_IFBLK: "block device",
+    }
+    return names.get(stat.S_IFMT(mode), f"file of mode {mode:o}")
+
+
+def cause(err: OSError) -> str:
+    if err.errno in _CAUSES:
+        return _CAUSES[err.errno]
+    return os.strerror(err.errno).lower() if err.errno else str(err)

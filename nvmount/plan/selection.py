@@ -1,0 +1,141 @@
+"""Device selection: which GPUs and MIG devices a container gets (libnvc-spec §6.2). Pure.
+
+`select_devices` takes the inventory's GPUs and the `--device` list (NVIDIA_VISIBLE_DEVICES
+after the hook resolved `none`/`void`) and returns a `Selection`. Each token is tried as, in
+order: GPU UUID, PCI bus id, index, MIG UUID, `G:M`; the first form that matches wins, so a
+PCI-shaped token that names no bus falls through (libnvc's `1:2:3` selects MIG 2 of GPU 1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nvmount.discover.inventory import Gpu, MigDevice
+from nvmount.errors import SelectionError
+
+_PCI = re.compile(r"\s*(?:0[xX])?([0-9a-fA-F]+):\s*([0-9a-fA-F]{1,2}):\s*([0-9a-fA-F]{1,2})")
+_INDEX = re.compile(r"[0-9]+")
+_GPU_MIG = re.compile(r"\s*\+?([0-9]+):\s*\+?([0-9]+)")
+_HINT = "list the GPUs and MIG devices with 'nvhook info'"
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The GPUs and MIG devices a request selects, and its MIG access."""
+
+    gpus: tuple[Gpu, ...] = ()  # selected GPUs, plus the parents of selected MIG devices
+    mig_devices: tuple[MigDevice, ...] = ()
+    mig_config_gpus: tuple[Gpu, ...] = ()  # MIG-capable GPUs that get mig-config access
+    mig_monitor_gpus: tuple[Gpu, ...] = ()
+    mig_config: bool = False  # `--mig-config all` was requested (global caps are exposed)
+    mig_monitor: bool = False
+
+    def parent_of(self, mig: MigDevice) -> Gpu:
+        """The selected parent GPU of a selected MIG device."""
+        return next(g for g in self.gpus if g.index == mig.gpu_index)
+
+
+def _by_gpu_uuid(gpus: Sequence[Gpu], token: str) -> Gpu | None:
+    if token[:4].upper() != "GPU-":
+        return None
+    low = token.lower()
+    return next((g for g in gpus if g.uuid.lower() == low), None)
+
+
+def _by_pci(gpus: Sequence[Gpu], token: str) -> Gpu | None:
+    m = _PCI.match(token)
+    if m is None:
+        return None
+    domain, bus, dev = (int(x, 16) for x in m.groups())
+    want = f"{domain:08x}:{bus:02x}:{dev:02x}.0"
+    return next((g for g in gpus if g.bus_id.lower().startswith(want)), None)
+
+
+def _by_index(gpus: Sequence[Gpu], token: str) -> Gpu | None:
+    if not _INDEX.fullmatch(token):
+        return None
+    index = int(token)
+    return next((g for g in gpus if g.index == index), None)
+
+
+def _mig_by_uuid(gpus: Sequence[Gpu], token: str) -> MigDevice | None:
+    if token[:4].upper() != "MIG-":
+        return None
+    low = token.lower()
+    return next((m for g in gpus for m in g.mig_devices if m.uuid.lower() == low), None)
+
+
+def _mig_by_pair(gpus: Sequence[Gpu], token: str) -> MigDevice | None:
+    m = _GPU_MIG.match(token)
+    if m is None:
+        return None
+    gpu_index, mig_index = int(m.group(1)), int(m.group(2))
+    gpu = next((g for g in gpus if g.index == gpu_index), None)
+    if gpu is None:
+        return None
+    return next((d for d in gpu.mig_devices if d.index == mig_index), None)
+
+
+def _tokens(devices: str | Sequence[str]) -> list[str]:
+    joined = devices if isinstance(devices, str) else ",".join(devices)
+    return [t for t in joined.split(",") if t]
+
+
+def _select_tokens(gpus: Sequence[Gpu], tokens: list[str]) -> tuple[
+        list[Gpu], list[MigDevice], bool]:
+    """(GPUs, MIG devices, whether `all` was seen); `all` ends parsing, ids before it count."""
+    chosen: list[Gpu] = []
+    migs: list[MigDevice] = []
+    for token in tokens:
+        if token.lower() == "all":
+            return list(gpus), [m for g in gpus for m in g.mig_devices], True
+        gpu = _by_gpu_uuid(gpus, token) or _by_pci(gpus, token) or _by_index(gpus, token)
+        if gpu is None:
+            mig = _mig_by_uuid(gpus, token) or _mig_by_pair(gpus, token)
+            if mig is None:
+                raise SelectionError(
+                    f"device error: {token}: unknown device "
+                    f"(this host has {len(gpus)} GPU(s); {_HINT})")
+            if mig not in migs:
+                migs.append(mig)
+            gpu = next(g for g in gpus if g.index == mig.gpu_index)
+        if gpu not in chosen:
+            chosen.append(gpu)
+    return chosen, migs, False
+
+
+def _mig_access(kind: str, value: str | None, everything: bool, gpus: list[Gpu],
+                migs: list[MigDevice]) -> tuple[bool, tuple[Gpu, ...]]:
+    if not value:
+        return False, ()
+    if value.strip().lower() != "all":
+        raise SelectionError(
+            f"{kind} error: {value}: only 'all' devices are currently supported "
+            f"(set NVIDIA_{kind.upper().replace('-', '_')}_DEVICES=all)")
+    if migs and not everything:
+        raise SelectionError(
+            f"{kind} error: cannot enable {kind} with specific MIG devices selected "
+            f"(select the whole GPUs, or use NVIDIA_VISIBLE_DEVICES=all)")
+    return True, tuple(g for g in gpus if g.mig_capable)
+
+
+def select_devices(
+    gpus: Sequence[Gpu],
+    devices: str | Sequence[str],
+    *,
+    mig_config: str | None = None,
+    mig_monitor: str | None = None,
+) -> Selection:
+    """Resolve `devices` (comma-separated ids, or a list of them) against `gpus`.
+
+    An empty list selects nothing (the driver files are still exposed). `all` (any case)
+    selects every GPU and every MIG device and ends parsing. Duplicates are ignored; a MIG
+    device also selects its parent GPU. Raises `SelectionError` naming the first unknown id.
+    """
+    chosen, migs, everything = _select_tokens(gpus, _tokens(devices))
+    config, config_gpus = _mig_access("mig-config", mig_config, everything, chosen, migs)
+    monitor, monitor_gpus = _mig_access("mig-monitor", mig_monitor, everything, chosen, migs)
+    return Selection(tuple(chosen), tuple(migs), config_gpus, monitor_gpus, config, monitor)
+
