@@ -39,7 +39,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from nvhook.config import HookConfig
     from nvhook.request import ContainerRef, ContainerRequest
-    from nvmount.engine import EngineOptions, EngineRequest
+    from nvmount.engine_types import EngineOptions, EngineRequest
     from nvmount.plan.types import MountPlan
     from nvmount.timing import PhaseTimer
 
@@ -79,11 +79,11 @@ def run_engine(
 
 
 def engine_request(request: ContainerRequest) -> EngineRequest:
-    """ContainerRequest -> EngineRequest (devices joined as `--device` would be)."""
-    from nvmount.engine import EngineRequest
+    """ContainerRequest -> EngineRequest (the device ids as a tuple, end to end)."""
+    from nvmount.engine_types import EngineRequest
 
     return EngineRequest(
-        devices=",".join(request.devices),
+        devices=tuple(request.devices),
         capabilities=request.driver_capabilities,
         requirements=() if request.disable_require else tuple(request.requirements),
         mig_config=",".join(request.mig_config_devices) or None,
@@ -118,7 +118,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
     """HookConfig -> EngineOptions."""
     import os
 
-    from nvmount.engine import EngineOptions
+    from nvmount.engine_types import EngineOptions
     from nvmount.plan.types import CompatMode
 
     cli = config.cli

@@ -18,7 +18,10 @@ everything else is still undone; otherwise an ldconfig failure is a warning.
 rootfs through an O_PATH fd on its host path; it needs no pid and no privileges and returns
 None when no driver is found.
 
-The effectful half (apply, cgroup, ldconfig, rollback) is `nvmount.engine_run.Run`.
+The effectful half (apply, cgroup, ldconfig, rollback) is `nvmount.engine_run.Run`; the
+records at the boundary (`EngineRequest`, `EngineOptions`, `EngineResult`) are in
+`nvmount.engine_types`. This module only orders the stages: the work is in the stage
+packages (discover, plan, container, apply, cgroup, ldcache).
 
 Capabilities: each phase runs with its stage's capabilities effective (`privileges.stage`);
 `EngineOptions.limit_privileges` also cuts the permitted set first (the hook sets it). No
@@ -29,81 +32,31 @@ JSON line per container (see `nvmount.timing`).
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from contextlib import ExitStack
 
-from nvmount.capabilities import UNGATED, DriverCapability
+from nvmount.engine_run import Run
+from nvmount.engine_types import EngineOptions, EngineRequest, EngineResult
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
-from nvmount.plan.types import CompatMode, MountPlan, PlanOptions, ProcFile
+from nvmount.plan.types import MountPlan, PlanOptions
 from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
-    from nvmount.apply.steps import ApplyResult
     from nvmount.container.open import ContainerHandle
     from nvmount.discover.inventory import DriverInventory
     from nvmount.fs.rootfs import Root
-    from nvmount.ldcache.ldconfig import LdconfigResult
     from nvmount.plan.selection import Selection
 
 log = logging.getLogger(__name__)
 
-PROC_FILE_LIMIT = 1 << 20  # bytes read of one /proc/driver/nvidia file
 NVML_NO_DRIVER = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND
 
 
-@dataclass(frozen=True, slots=True)
-class EngineRequest:
-    """What the container asks for (the hook's `ContainerRequest`, in engine terms)."""
-
-    devices: str = ""  # device ids, comma-separated ("" = no GPU; driver files still exposed)
-    capabilities: DriverCapability = UNGATED  # the requested capabilities (none by default)
-    requirements: tuple[str, ...] = ()
-    mig_config: str | None = None  # "all" or None
-    mig_monitor: str | None = None
-    imex_channels: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class EngineOptions:
-    """Host-side settings (from config.toml, see `nvhook.engine.engine_options`)."""
-
-    root: str = "/"  # driver root
-    ldcache: str = "/etc/ld.so.cache"  # inside the driver root
-    proc_root: str = "/proc"  # driver facts: /proc/devices, nvidia-caps (simulation: <sim>/proc)
-    host_proc: str = "/proc"  # the real procfs: the container's /proc/<pid>
-    ldconfig: str = "@/sbin/ldconfig"
-    ldconfig_required: bool = False
-    ldconfig_timeout: float = 10.0
-    no_cgroups: bool = False
-    compat_mode: CompatMode = CompatMode.LDCONFIG
-    no_persistenced: bool = False
-    no_fabricmanager: bool = False
-    no_gsp_firmware: bool = False
-    timing_log: str = ""
-    container_id: str = ""  # for the timing record
-    limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineResult:
-    """What `configure_container` did: the plan, the inventory and the effects."""
-
-    plan: MountPlan
-    inventory: DriverInventory
-    applied: ApplyResult
-    cgroup: str  # what was done to the device cgroup, for the log
-    ldconfig: LdconfigResult | None
-    warnings: tuple[str, ...] = ()
-    timings_ms: dict[str, float] = field(default_factory=dict)
-
-
 # -- the phases that change nothing ----------------------------------------------------------
-def discover(options: EngineOptions, faults: Faults, *, mig_minors: bool = True) -> DriverInventory:
+def discover(options: EngineOptions, faults: Faults, *,
+             mig_minors: bool = True) -> DriverInventory:
     """The host driver's inventory (NVML runs here; `nvml init` is a fault point).
 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
@@ -131,47 +84,14 @@ def needs_mig_minors(request: EngineRequest) -> bool:
 
 def select_and_check(inventory: DriverInventory, request: EngineRequest) -> Selection:
     """Device selection and NVIDIA_REQUIRE_* checks; raises before anything is changed."""
-    from nvmount.plan.requirements import Facts, check_requirements
+    from nvmount.plan.requirements import check_requirements, requirement_facts
     from nvmount.plan.selection import select_devices
 
     selection = select_devices(inventory.gpus, request.devices, mig_config=request.mig_config,
                                mig_monitor=request.mig_monitor)
     if request.requirements:
-        base = {"cuda": inventory.cuda_version, "driver": inventory.driver_version}
-        facts = [Facts(**base, arch=g.architecture, brand=g.brand,
-                       device=f"GPU {g.index} ({g.uuid})") for g in selection.gpus]
-        for mig in selection.mig_devices:
-            gpu = selection.parent_of(mig)
-            facts.append(Facts(**base, arch=gpu.architecture, brand=gpu.brand,
-                               device=f"MIG device {mig.uuid}"))
-        check_requirements(request.requirements, facts or [Facts(**base)])
+        check_requirements(request.requirements, requirement_facts(inventory, selection))
     return selection
-
-
-def read_proc_files(proc_driver_dir: str) -> tuple[ProcFile, ...]:
-    """The host's params, version and registry (a missing one is skipped, as NVIDIA does)."""
-    import stat
-
-    files: list[ProcFile] = []
-    for name in ("params", "version", "registry"):
-        path = f"{proc_driver_dir}/{name}"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            log.warning("%s not found; skipping", path)
-            continue
-        except OSError as err:
-            raise DriverError(f"read {path}: {os.strerror(err.errno or 0).lower()} "
-                              "(check the driver root)") from err
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise DriverError(f"read {path}: not a regular file (check the driver root)")
-            data = os.read(fd, PROC_FILE_LIMIT)
-        finally:
-            os.close(fd)
-        files.append(ProcFile(name, data, stat.S_IMODE(st.st_mode)))
-    return tuple(files)
 
 
 def make_plan(inventory: DriverInventory, selection: Selection, request: EngineRequest,
@@ -180,11 +100,13 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
 
     layout = getattr(layout_source, "layout", None)
     if layout is None:
-        from nvmount.container.open import detect_layout
+        from nvmount.container.layout import detect_layout
         from nvmount.fs.rootfs import Root
 
         assert isinstance(layout_source, Root)
         layout = detect_layout(layout_source)
+    from nvmount.discover.procfiles import read_proc_files
+
     plan_options = PlanOptions(
         compat_mode=options.compat_mode, imex_channels=request.imex_channels,
         no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
@@ -199,8 +121,11 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
               *, timer: PhaseTimer | None = None) -> MountPlan | None:
     """The dry run: the plan for `rootfs` (a host path), or None when no driver is found."""
     timer = timer or PhaseTimer()
+    from nvmount.container.open import open_rootfs_readonly
+    from nvmount.discover.driver import no_driver_reason
+
     with timer.phase("inventory"):
-        missing = no_driver_reason(options)
+        missing = no_driver_reason(options.root, options.ldcache)
         if missing is not None:
             log.warning("no NVIDIA driver found: %s", missing)
             return None
@@ -212,46 +137,8 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
             log.warning("no NVIDIA driver found: %s", err)
             return None
         selection = select_and_check(inventory, request)
-    with timer.phase("plan"), _readonly_root(rootfs, libc) as root:
+    with timer.phase("plan"), open_rootfs_readonly(rootfs, libc) as root:
         return make_plan(inventory, selection, request, root, options)
-
-
-def no_driver_reason(options: EngineOptions) -> str | None:
-    """Why there is no driver under the driver root at all (None: there is one to inspect):
-    no ld.so.cache, or no libnvidia-ml.so.1 in it. Anything else is a broken driver."""
-    from nvmount.discover.driver import NVML_SONAME
-    from nvmount.discover.driver_root import DriverRoot
-    from nvmount.discover.ldcache import read_ldcache
-
-    droot = DriverRoot(options.root)
-    cache = droot.host(droot.resolve(options.ldcache).path)
-    try:
-        entries = read_ldcache(cache, prefixes=(NVML_SONAME,))
-    except FileNotFoundError:
-        return f"{cache} does not exist"
-    except (OSError, DriverError):
-        return None  # let discovery report it
-    if not any(e.key == NVML_SONAME for e in entries):
-        return f"{NVML_SONAME} is not in {cache}"
-    return None
-
-
-@contextmanager
-def _readonly_root(rootfs: str, libc: Libc) -> Iterator[Root]:
-    """The rootfs opened O_PATH on its host path, verified with a plain procfs fd (the
-    private procfs clone needs privileges a dry run does not have)."""
-    from nvmount import _libc
-    from nvmount.fs.procfs import ProcFs
-    from nvmount.fs.rootfs import Root
-
-    fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    with ProcFs(fd) as procfs:
-        if libc.fstatfs_type(procfs.fd) != _libc.PROC_SUPER_MAGIC:
-            from nvmount.errors import ContainerError
-
-            raise ContainerError("open /proc: not a procfs (mount proc there)")
-        with Root.open(rootfs, libc, procfs=procfs) as root:
-            yield root
 
 
 # -- configure -------------------------------------------------------------------------------
@@ -281,8 +168,6 @@ def configure_container(
             handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
         with timer.phase("plan"):
             plan = make_plan(inventory, selection, request, handle, options)
-        from nvmount.engine_run import Run
-
         effects = Run(handle, plan, options, libc, faults, timer, stack).execute()
     result = EngineResult(plan, inventory, effects.applied, effects.cgroup, effects.ldconfig,
                           (*plan.warnings, *effects.warnings), dict(timer.phases_ms))

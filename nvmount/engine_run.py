@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nvmount.apply.steps import ApplyResult
     from nvmount.cgroup.common import CgroupChange
     from nvmount.container.open import ContainerHandle
-    from nvmount.engine import EngineOptions
+    from nvmount.engine_types import EngineOptions
     from nvmount.fs.procfs import ProcFs
     from nvmount.ldcache.ldconfig import LdconfigResult
 
@@ -113,7 +113,8 @@ class Run:
     def _cgroup(self) -> str:
         """Allow the plan's device rules. A fault point precedes each cgroup write: v1 gets
         one `allow_devices` call (one write) per rule, v2 one call (one atomic replace)."""
-        from nvmount.cgroup.common import allow_devices, format_rule, should_skip_cgroups
+        from nvmount.cgroup.allow import allow_devices
+        from nvmount.cgroup.common import format_rule, should_skip_cgroups
 
         skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
         target = self.handle.cgroup

@@ -12,10 +12,26 @@
     ├── CgroupError             the device cgroup update
     └── SimError                building the simulated driver (nvhook.sim)
 
-Messages follow "<op> <subject>: <cause> (<hint>)": lowercase, no trailing period.
+Messages follow "<op> <subject>: <cause> (<hint>)": lowercase, no trailing period. An
+`OSError` becomes `<cause>` through `strerror` (the one errno formatter). Effect errors carry
+their fields: `MountError` (op, source, target, link, flags, cause, hint) prints like the step
+that failed, e.g. `mount library /usr/lib/libcuda.so.1 -> /usr/lib/libcuda.so.1 (ro,nosuid,
+nodev): no such file or directory`.
 """
 
 from __future__ import annotations
+
+import os
+
+
+def strerror(err: OSError, causes: dict[int, str] | None = None) -> str:
+    """The cause text of an OSError: lowercase errno text ("no such file or directory"),
+    `causes[errno]` when given, or str(err) when it carries no errno."""
+    if not err.errno:
+        return str(err)
+    if causes is not None and err.errno in causes:
+        return causes[err.errno]
+    return os.strerror(err.errno).lower()
 
 
 class NvmountError(Exception):
@@ -56,7 +72,27 @@ class PathError(NvmountError):
 
 
 class MountError(NvmountError):
-    pass
+    """A mount step failed: `op` ("mount library", "open source", "attach mount at", ...),
+    `source` (host path), `target` (container path), `link` (a symlink's text), `flags`
+    ("ro,nosuid,nodev"), `cause` and `hint`; the message is built from them."""
+
+    def __init__(self, op: str, target: str = "", cause: str = "", *, source: str = "",
+                 link: str = "", flags: str = "", hint: str = "") -> None:
+        self.op, self.target, self.cause, self.source = op, target, cause, source
+        self.link, self.flags, self.hint = link, flags, hint
+        super().__init__(step_text(op, target, source=source, link=link, flags=flags)
+                         + (f": {cause}" if cause else "") + (f" ({hint})" if hint else ""))
+
+
+def step_text(op: str, target: str = "", *, source: str = "", link: str = "",
+              flags: str = "") -> str:
+    """`<op> [<source> -> ]<target>[ -> <link>][ (<flags>)]`: a step's name in logs, errors and
+    fault points."""
+    subject = f"{source} -> {target}" if source else target
+    if link:
+        subject += f" -> {link}"
+    text = f"{op} {subject}" if subject else op
+    return f"{text} ({flags})" if flags else text
 
 
 class LdcacheError(NvmountError):

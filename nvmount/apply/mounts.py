@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 
-from nvmount.errors import MountError
+from nvmount.errors import MountError, strerror
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -81,17 +81,17 @@ def clone_source(
     try:
         fd = os.open(host_path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
-        raise MountError(f"open source {host_path}: {_strerror(err)}") from err
+        raise MountError("open source", host_path, strerror(err)) from err
     try:
         st = os.fstat(fd)
         why = check_source_mode(st.st_mode, st.st_rdev, kind, rdev)
         if why is not None:
-            raise MountError(f"check source {host_path}: {why} (fix the driver root)")
+            raise MountError("check source", host_path, why, hint="fix the driver root")
         tree = libc.open_tree(
             fd, "", _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC | _libc.AT_EMPTY_PATH
         )
     except OSError as err:
-        raise MountError(f"clone source {host_path}: {_strerror(err)}") from err
+        raise MountError("clone source", host_path, strerror(err)) from err
     finally:
         os.close(fd)
     return _private(tree, libc, f"clone of {host_path}")
@@ -110,7 +110,8 @@ def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -
     try:
         libc.mount_setattr(tree_fd, "", _libc.AT_EMPTY_PATH, attrs)
     except OSError as err:
-        raise MountError(f"set mount flags {flags.names()} on {what}: {_strerror(err)}") from err
+        raise MountError("set mount flags on", what, strerror(err),
+                         flags=flags.names()) from err
 
 
 def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
@@ -132,21 +133,20 @@ def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
     groups = shared_groups(target_fd, procfs, libc) if procfs is not None else frozenset()
     if groups & host_peers:
         raise MountError(
-            f"attach mount at {what}: the target is on a mount shared with the host (peer group "
-            f"{min(groups & host_peers)}); the mount would propagate out of the container "
-            "(do not mount a shared volume where driver files go)"
-        )
+            "attach mount at", what, "the target is on a mount shared with the host (peer "
+            f"group {min(groups & host_peers)}); the mount would propagate out of the container",
+            hint="do not mount a shared volume where driver files go")
     if groups:
         log.warning("%s is on a shared mount: the mount propagates to its peers", what)
     flags = _libc.MOVE_MOUNT_F_EMPTY_PATH | _libc.MOVE_MOUNT_T_EMPTY_PATH
     try:
         libc.move_mount(tree_fd, "", target_fd, "", flags)
     except OSError as err:
-        raise MountError(f"attach mount at {what}: {_strerror(err)}") from err
+        raise MountError("attach mount at", what, strerror(err)) from err
     try:
         libc.mount_setattr(tree_fd, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
     except OSError as err:
-        raise MountError(f"make mount at {what} private: {_strerror(err)}") from err
+        raise MountError("make private the mount at", what, strerror(err)) from err
 
 
 def make_tmpfs(mode: int, flags: MountFlag, libc: Libc, *, what: str = "tmpfs") -> int:
@@ -156,13 +156,13 @@ def make_tmpfs(mode: int, flags: MountFlag, libc: Libc, *, what: str = "tmpfs") 
     try:
         fs = libc.fsopen("tmpfs")
     except OSError as err:
-        raise MountError(f"create {what}: {_strerror(err)}") from err
+        raise MountError("create", what, strerror(err)) from err
     try:
         libc.fsconfig(fs, _libc.FSCONFIG_SET_STRING, "mode", f"{mode:o}")
         libc.fsconfig(fs, _libc.FSCONFIG_CMD_CREATE, None, None)
         tree = libc.fsmount(fs, _libc.FSMOUNT_CLOEXEC, mount_attrs(flags))
     except OSError as err:
-        raise MountError(f"create {what}: {_strerror(err)}") from err
+        raise MountError("create", what, strerror(err)) from err
     finally:
         os.close(fs)
     return _private(tree, libc, what)
@@ -182,9 +182,8 @@ def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = No
     try:
         have = procfs.mount_id(mount_fd)
         if mnt_id is not None and have != mnt_id:
-            raise MountError(
-                f"unmount {what}: mount id {have} is not ours ({mnt_id}) (left in place)"
-            )
+            raise MountError("unmount", what, f"mount id {have} is not ours ({mnt_id})",
+                             hint="left in place")
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fchdir(procfs.fd)
@@ -193,7 +192,7 @@ def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = No
             os.fchdir(cwd)
             os.close(cwd)
     except OSError as err:
-        raise MountError(f"unmount {what}: {_strerror(err)}") from err
+        raise MountError("unmount", what, strerror(err)) from err
     log.debug("unmounted %s (mount id %d)", what, have)
 
 
@@ -258,10 +257,6 @@ def _shared_tags(line: str) -> frozenset[int]:
     return frozenset(int(t[7:]) for t in optional if t.startswith("shared:") and t[7:].isdigit())
 
 
-def _strerror(err: OSError) -> str:
-    return os.strerror(err.errno).lower() if err.errno else str(err)
-
-
 def _private(tree: int, libc: Libc, label: str) -> int:
     """Make the detached mount `tree` private (no propagation); closes it on failure."""
     from nvmount import _libc
@@ -270,5 +265,5 @@ def _private(tree: int, libc: Libc, label: str) -> int:
         libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
     except OSError as err:
         os.close(tree)
-        raise MountError(f"make {label} private: {_strerror(err)}") from err
+        raise MountError("make private", label, strerror(err)) from err
     return tree

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from nvmount.errors import ContainerError
+from nvmount.errors import ContainerError, strerror
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def entered(ns_fd: int, libc: Libc) -> Iterator[None]:
             libc.setns(ns_fd, _libc.CLONE_NEWNS)
         except OSError as err:
             raise ContainerError(
-                f"enter mount namespace: setns failed: {os.strerror(err.errno or 0).lower()} "
+                f"enter mount namespace: setns failed: {strerror(err)} "
                 "(is the container still running?)"
             ) from err
         log.debug("entered mount namespace (fd %d)", ns_fd)
@@ -79,7 +79,7 @@ def _leave(own: int, cwd: int, libc: Libc) -> None:
         libc.setns(own, _libc.CLONE_NEWNS)
     except OSError as err:
         raise ContainerError(
-            f"return to the hook's mount namespace: {os.strerror(err.errno or 0).lower()} "
+            f"return to the hook's mount namespace: {strerror(err)} "
             "(the process is stuck in the container's namespace; it must exit)"
         ) from err
     if cwd >= 0:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nvmount.apply import mounts
-from nvmount.errors import ContainerError, MountError, NvmountError, PathError
+from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
 from nvmount.faults import Faults
 from nvmount.plan.types import Bind, MountFlag, MountPlan, Symlink, Tmpfs, WriteFile
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Sources = dict[Bind, int]  # planned bind -> detached clone (tree fd)
-_KEEP_CLASS = (PathError, MountError, ContainerError)
+_KEEP_CLASS = (PathError, ContainerError)  # keep their class; others become MountError
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,25 +62,44 @@ class ApplyResult:
     created: int  # entries created in the rootfs (mountpoints, parents, links, files)
 
 
-def bind_step(entry: Bind) -> str:
-    return f"mount {entry.what} {entry.source} -> {entry.target} ({entry.flags.names()})"
+class Step:
+    """One named step of applying a plan: the fields of `MountError` and of fault points."""
+
+    __slots__ = ("flags", "link", "op", "source", "target")
+
+    def __init__(self, op: str, target: str = "", *, source: str = "", link: str = "",
+                 flags: str = "") -> None:
+        self.op, self.target, self.source, self.link, self.flags = op, target, source, link, flags
+
+    def __str__(self) -> str:
+        return step_text(self.op, self.target, source=self.source, link=self.link,
+                         flags=self.flags)
+
+    def error(self, cause: str) -> MountError:
+        return MountError(self.op, self.target, cause, source=self.source, link=self.link,
+                          flags=self.flags)
 
 
-def tmpfs_step(entry: Tmpfs) -> str:
-    return f"mount {entry.what} tmpfs -> {entry.target} ({entry.flags.names()})"
+def bind_step(entry: Bind) -> Step:
+    return Step(f"mount {entry.what}", entry.target, source=entry.source,
+                flags=entry.flags.names())
 
 
-def run_step(step: str, faults: Faults, action: Callable[[], T]) -> T:
+def tmpfs_step(entry: Tmpfs) -> Step:
+    return Step(f"mount {entry.what}", entry.target, source="tmpfs", flags=entry.flags.names())
+
+
+def run_step(step: Step, faults: Faults, action: Callable[[], T]) -> T:
     """Fault point, then `action`; failures become one NvmountError naming `step`."""
     try:
-        faults(step)
+        faults(str(step))
         return action()
     except OSError as err:
-        cause = (err.strerror or str(err)).lower()
-        raise MountError(f"{step}: {cause}") from err
+        raise step.error((err.strerror or str(err)).lower()) from err
     except NvmountError as err:
-        cls = type(err) if isinstance(err, _KEEP_CLASS) else MountError
-        raise cls(f"{step}: {err}") from err
+        if isinstance(err, _KEEP_CLASS):
+            raise type(err)(f"{step}: {err}") from err
+        raise step.error(str(err)) from err
 
 
 def clone_sources(plan: MountPlan, libc: Libc, faults: Faults | None = None) -> Sources:
@@ -91,7 +110,7 @@ def clone_sources(plan: MountPlan, libc: Libc, faults: Faults | None = None) -> 
         for entry in plan.entries:
             if isinstance(entry, Bind) and entry not in sources:
                 sources[entry] = run_step(
-                    f"open source {entry.what} {entry.source}", faults,
+                    Step(f"open source {entry.what}", entry.source), faults,
                     lambda e=entry: mounts.clone_source(  # type: ignore[misc]
                         e.source, e.kind, e.rdev, libc))
     except BaseException:
@@ -162,7 +181,7 @@ class _Applier:
         fd, created = self.root.ensure_mountpoint(entry.target, entry.kind, uid, gid)
         self.created(created)
         try:
-            self.faults(bind_step(entry))
+            self.faults(str(bind_step(entry)))
             self.attach(tree, fd, entry.target)
         finally:
             os.close(fd)
@@ -172,7 +191,7 @@ class _Applier:
         fd, created = self._tmpfs_target(entry)
         self.created(created)
         try:
-            self.faults(tmpfs_step(entry))
+            self.faults(str(tmpfs_step(entry)))
             early = entry.flags & ~MountFlag.RDONLY
             tree = mounts.make_tmpfs(entry.mode, early, self.libc, what=entry.target)
             self.journal.on_close(lambda: os.close(tree))
@@ -199,8 +218,8 @@ class _Applier:
         if on_proc:
             missing = entry.target[len("/proc/"):] if entry.target.startswith("/proc/") else (
                 entry.target)
-            raise MountError(f"the container's /proc has no {missing} (is the NVIDIA kernel "
-                             "module loaded?)")
+            raise MountError(f"the container's /proc has no {missing}",
+                             hint="is the NVIDIA kernel module loaded?")
         uid, gid = self.owner
         return self.root.ensure_dir(entry.target, entry.mode, uid, gid)
 
@@ -218,7 +237,8 @@ class _Applier:
     def seal(self) -> None:
         """Read-only (and the rest of the flags) on every tmpfs, last."""
         for entry, tree in self.tmpfs:
-            run_step(f"seal {entry.what} {entry.target} ({entry.flags.names()})", self.faults,
+            run_step(Step(f"seal {entry.what}", entry.target, flags=entry.flags.names()),
+                     self.faults,
                      lambda e=entry, t=tree: mounts.apply_flags(  # type: ignore[misc]
                          t, e.flags, self.libc, what=e.target))
 
@@ -228,10 +248,10 @@ class _Applier:
         elif isinstance(entry, Tmpfs):
             run_step(tmpfs_step(entry), Faults(), lambda: self.tmpfs_mount(entry))
         elif isinstance(entry, WriteFile):
-            run_step(f"write {entry.what} {entry.target}", self.faults,
+            run_step(Step(f"write {entry.what}", entry.target), self.faults,
                      lambda: self.write_file(entry))
         else:
-            run_step(f"symlink {entry.what} {entry.target} -> {entry.link}", self.faults,
+            run_step(Step(f"symlink {entry.what}", entry.target, link=entry.link), self.faults,
                      lambda: self.symlink(entry))
 
 

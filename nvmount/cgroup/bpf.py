@@ -2,7 +2,7 @@
 
 Stage: the last step of apply (after mounts and ldcache). Touches only the bpf programs
 attached directly to the container's cgroup. The instruction assembler and decoder here are
-pure (bytes in, bytes out); the bpf(2) plumbing is in `nvmount/_libc.py`.
+pure (bytes in, bytes out); the bpf(2) plumbing is in `nvmount/_bpf.py`.
 
 How it differs from libnvidia-container (libnvc-spec §4.3, Appendix B):
 - Every attached program is replaced ATOMICALLY by our rules + its own old instructions, with
@@ -42,8 +42,7 @@ from nvmount.errors import CgroupError
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
-    from nvmount.cgroup.common import CgroupChange
-    from nvmount.container.types import CgroupTarget
+    from nvmount.cgroup.common import CgroupChange, CgroupTarget
     from nvmount.plan.types import DeviceRule
 
 log = logging.getLogger(__name__)
@@ -237,13 +236,13 @@ class BpfChange:
 
 
 def _replace(libc: Libc, cg_fd: int, flags: int, new_fd: int, old_fd: int) -> None:
-    from nvmount import _libc as L
+    from nvmount import _bpf as B
 
-    if flags & L.BPF_F_ALLOW_MULTI:
-        L.bpf_prog_attach(libc, cg_fd, new_fd, L.BPF_CGROUP_DEVICE,
-                          L.BPF_F_ALLOW_MULTI | L.BPF_F_REPLACE, replace_fd=old_fd)
+    if flags & B.BPF_F_ALLOW_MULTI:
+        B.bpf_prog_attach(libc, cg_fd, new_fd, B.BPF_CGROUP_DEVICE,
+                          B.BPF_F_ALLOW_MULTI | B.BPF_F_REPLACE, replace_fd=old_fd)
     else:  # single-program mode: attaching with the same flags replaces the one program
-        L.bpf_prog_attach(libc, cg_fd, new_fd, L.BPF_CGROUP_DEVICE, flags)
+        B.bpf_prog_attach(libc, cg_fd, new_fd, B.BPF_CGROUP_DEVICE, flags)
 
 
 def allow_devices_bpf(target: CgroupTarget, rules: tuple[DeviceRule, ...],
@@ -273,12 +272,12 @@ def allow_devices_bpf(target: CgroupTarget, rules: tuple[DeviceRule, ...],
 
 
 def _query(libc: Libc, cg_fd: int, path: str) -> tuple[int, tuple[int, ...]]:
-    from nvmount import _libc as L
+    from nvmount import _bpf as B
 
     try:
-        flags, ids = L.bpf_prog_query(libc, cg_fd, L.BPF_CGROUP_DEVICE)
-        _, effective = L.bpf_prog_query(libc, cg_fd, L.BPF_CGROUP_DEVICE,
-                                        L.BPF_F_QUERY_EFFECTIVE)
+        flags, ids = B.bpf_prog_query(libc, cg_fd, B.BPF_CGROUP_DEVICE)
+        _, effective = B.bpf_prog_query(libc, cg_fd, B.BPF_CGROUP_DEVICE,
+                                        B.BPF_F_QUERY_EFFECTIVE)
     except OSError as err:
         raise CgroupError(f"query device programs of cgroup {path}: {err.strerror} "
                           "(needs CAP_SYS_ADMIN and a kernel with cgroup bpf)") from err
@@ -292,28 +291,28 @@ def _query(libc: Libc, cg_fd: int, path: str) -> tuple[int, tuple[int, ...]]:
 
 def _prepare(libc: Libc, change: BpfChange, prog_id: int, rules: tuple[DeviceRule, ...]) -> None:
     """Open program `prog_id`, load its extended copy (nothing attached yet); fds go to `change`."""
-    from nvmount import _libc as L
+    from nvmount import _bpf as B
 
     what = f"device program {prog_id} of cgroup {change.path}"
     try:
-        swap = _Swap(prog_id, L.bpf_prog_get_fd_by_id(libc, prog_id), -1)
+        swap = _Swap(prog_id, B.bpf_prog_get_fd_by_id(libc, prog_id), -1)
     except OSError as err:
         raise CgroupError(f"open {what}: {err.strerror} (an LSM may deny bpf access)") from err
     change._swaps.append(swap)
     try:
-        info = L.bpf_prog_info(libc, swap.old_fd)
+        info = B.bpf_prog_info(libc, swap.old_fd)
         old = decode(info.xlated)
     except (OSError, ValueError) as err:
         raise CgroupError(f"read {what}: {err}") from err
-    reason = (unreloadable_reason(old) if info.prog_type == L.BPF_PROG_TYPE_CGROUP_DEVICE
+    reason = (unreloadable_reason(old) if info.prog_type == B.BPF_PROG_TYPE_CGROUP_DEVICE
               else f"it has program type {info.prog_type}")
     if reason:
         raise CgroupError(f"extend {what} ({info.name or 'unnamed'}): {reason} "
                           "(only plain programs like runc's and systemd's can be extended)")
     try:
-        swap.new_fd = L.bpf_prog_load(libc, L.BPF_PROG_TYPE_CGROUP_DEVICE,
+        swap.new_fd = B.bpf_prog_load(libc, B.BPF_PROG_TYPE_CGROUP_DEVICE,
                                       encode(extend_program(rules, old)), LICENSE, PROG_NAME)
-    except L.BpfLoadError as err:
+    except B.BpfLoadError as err:
         tail = " | ".join(err.log.strip().splitlines()[-4:]) or "no verifier log"
         raise CgroupError(f"load extended {what}: {err.strerror} (verifier: {tail})") from err
     log.debug("loaded extended copy of %s (%s, %d -> %d instructions)", what, info.name,

@@ -10,15 +10,16 @@ fds; `record()` gives the plain `Container` record for the planner.
 from __future__ import annotations
 
 import errno
-import fnmatch
 import logging
 import os
 import posixpath
-import stat
-from types import TracebackType
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from nvmount.container.types import CgroupTarget, Container, ContainerLayout
-from nvmount.errors import ContainerError, PathError
+from nvmount.cgroup.common import CgroupTarget
+from nvmount.container.types import Container, ContainerLayout
+from nvmount.errors import ContainerError, strerror
+from nvmount.fds import FdOwner
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -30,8 +31,10 @@ log = logging.getLogger(__name__)
 IDENTITY_UID_MAP = ((0, 0, 4294967295),)
 
 
-class ContainerHandle:
+class ContainerHandle(FdOwner):
     """An opened target container; a context manager owning pidfd, /proc/<pid> fd and mntns fd."""
+
+    FD_ATTRS = ("mntns_fd", "proc_fd", "pidfd")
 
     def __init__(
         self,
@@ -83,23 +86,6 @@ class ContainerHandle:
             layout=self.layout,
         )
 
-    def close(self) -> None:
-        for name in ("mntns_fd", "proc_fd", "pidfd"):
-            fd = getattr(self, name)
-            if fd >= 0:
-                os.close(fd)
-                setattr(self, name, -1)
-
-    def __enter__(self) -> ContainerHandle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open_container(
@@ -164,7 +150,7 @@ def _open_process(pid: int, proc_root: str, libc: Libc) -> tuple[int, int]:
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as err:
-        cause = "no such process" if err.errno == errno.ESRCH else _strerror(err)
+        cause = "no such process" if err.errno == errno.ESRCH else strerror(err)
         raise ContainerError(
             f"open container pid {pid}: {cause} (did the container exit?)"
         ) from err
@@ -173,7 +159,7 @@ def _open_process(pid: int, proc_root: str, libc: Libc) -> tuple[int, int]:
     except OSError as err:
         os.close(pidfd)
         raise ContainerError(
-            f"open {proc_root}/{pid}: {_strerror(err)} ({_open_hint(err, pid)})"
+            f"open {proc_root}/{pid}: {strerror(err)} ({_open_hint(err, pid)})"
         ) from err
     try:
         if libc.fstatfs_type(proc_fd) != _libc.PROC_SUPER_MAGIC:
@@ -210,7 +196,7 @@ def _check_alive(pidfd: int, pid: int, libc: Libc) -> None:
         return
     except OSError as err:
         raise ContainerError(
-            f"check container pid {pid}: {_strerror(err)} (the process exited; its pid may "
+            f"check container pid {pid}: {strerror(err)} (the process exited; its pid may "
             "have been reused)"
         ) from err
 
@@ -221,14 +207,14 @@ def _open_mntns(pid: int, proc_fd: int, proc_root: str) -> tuple[int, tuple[int,
         fd = os.open("ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
     except OSError as err:
         raise ContainerError(
-            f"open {proc_root}/{pid}/ns/mnt: {_strerror(err)} ({_open_hint(err, pid)})"
+            f"open {proc_root}/{pid}/ns/mnt: {strerror(err)} ({_open_hint(err, pid)})"
         ) from err
     try:
         st = os.fstat(fd)
         own = os.stat(f"{proc_root}/self/ns/mnt")
     except OSError as err:
         os.close(fd)
-        raise ContainerError(f"stat mount namespaces: {_strerror(err)}") from err
+        raise ContainerError(f"stat mount namespaces: {strerror(err)}") from err
     if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
         os.close(fd)
         raise ContainerError(
@@ -248,12 +234,12 @@ def _read_at(dir_fd: int, name: str, pid: int) -> str:
             os.close(fd)
     except OSError as err:
         raise ContainerError(
-            f"read /proc/{pid}/{name}: {_strerror(err)} (did the container exit?)"
+            f"read /proc/{pid}/{name}: {strerror(err)} (did the container exit?)"
         ) from err
 
 
 def _find_cgroup(pid: int, proc_root: str) -> CgroupTarget | None:
-    from nvmount.cgroup.common import find_cgroup
+    from nvmount.cgroup.find import find_cgroup
 
     return find_cgroup(pid, proc_root)
 
@@ -276,6 +262,8 @@ def _layout_via_proc(proc_fd: int, ns_rootfs: str, libc: Libc) -> ContainerLayou
     from nvmount.fs.rootfs import Root
 
     path = "root/" if ns_rootfs == "/" else "root" + ns_rootfs
+    from nvmount.container.layout import detect_layout
+
     with ProcFs.open(libc, private=False) as procfs, Root.open(
         path, libc, dir_fd=proc_fd, procfs=procfs, ns_root=ns_rootfs == "/"
     ) as root:
@@ -294,115 +282,19 @@ def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
     return tuple(triples)
 
 
-_DEBIAN_DIRS = {
-    "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"),
-    "aarch64": ("/usr/lib/aarch64-linux-gnu", "/var/empty"),
-    "ppc64le": ("/usr/lib/powerpc64le-linux-gnu", "/var/empty"),
-}
+@contextmanager
+def open_rootfs_readonly(rootfs: str, libc: Libc) -> Iterator[Root]:
+    """The rootfs opened O_PATH on its host path, verified with a plain procfs fd (the
+    private procfs clone needs privileges a dry run does not have)."""
+    from nvmount import _libc
+    from nvmount.fs.procfs import ProcFs
+    from nvmount.fs.rootfs import Root
 
+    fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    with ProcFs(fd) as procfs:
+        if libc.fstatfs_type(procfs.fd) != _libc.PROC_SUPER_MAGIC:
+            from nvmount.errors import ContainerError
 
-def choose_layout(
-    machine: str,
-    *,
-    debian: bool,
-    has_usr_lib32: bool,
-    has_usr_lib: bool,
-    usr_lib_is_lib64: bool,
-    cuda_compat_libs: tuple[str, ...] = (),
-) -> ContainerLayout:
-    """libnvc-spec §2.2 target directories from facts about the rootfs (pure).
-
-    Difference: aarch64's libs_dir has no trailing slash (libnvc keeps one).
-    """
-    if machine not in _DEBIAN_DIRS:
-        raise ContainerError(
-            f"choose library directories: unsupported architecture {machine!r} "
-            f"(supported: {', '.join(_DEBIAN_DIRS)})"
-        )
-    if debian:
-        libs, libs32 = _DEBIAN_DIRS[machine]
-    else:
-        libs = "/usr/lib64"
-        if has_usr_lib32 or not has_usr_lib or usr_lib_is_lib64:
-            libs32 = "/usr/lib32"
-        else:
-            libs32 = "/usr/lib"
-    return ContainerLayout("/usr/bin", libs, libs32, cuda_compat_libs)
-
-
-def is_compat_lib_name(name: str) -> bool:
-    """Whether a directory entry name matches the compat glob `lib*.so.*`."""
-    return fnmatch.fnmatchcase(name, "lib*.so.*")
-
-
-# -- reads --------------------------------------------------------------------------------
-COMPAT_DIR = "/usr/local/cuda/compat"
-MAX_COMPAT_ENTRIES = 4096
-
-
-def detect_layout(root: Root, machine: str | None = None) -> ContainerLayout:
-    """Read the facts `choose_layout` needs from `root` and the CUDA compat libs list.
-
-    Compat libs: /usr/local/cuda/compat/lib*.so.*, each resolved inside the root; only
-    regular files count; the result is their resolved container paths, deduplicated, sorted.
-    """
-    return choose_layout(
-        machine or os.uname().machine,
-        debian=root.exists("/etc/debian_version"),
-        has_usr_lib32=_is_dir(root, "/usr/lib32"),
-        has_usr_lib=_is_dir(root, "/usr/lib"),
-        usr_lib_is_lib64=_same_file(root, "/usr/lib", "/usr/lib64"),
-        cuda_compat_libs=find_compat_libs(root),
-    )
-
-
-def find_compat_libs(root: Root) -> tuple[str, ...]:
-    """Resolved container paths of the regular files matching the compat glob."""
-    try:
-        dfd = root.open_path(COMPAT_DIR, os.O_RDONLY | os.O_DIRECTORY)
-    except PathError:
-        return ()
-    try:
-        names = sorted(n for n in os.listdir(dfd)[:MAX_COMPAT_ENTRIES] if is_compat_lib_name(n))
-    finally:
-        os.close(dfd)
-    found: set[str] = set()
-    for name in names:
-        try:
-            fd = root.open_path(f"{COMPAT_DIR}/{name}", os.O_PATH)
-        except PathError as err:
-            log.info("skip compat lib %s/%s: %s", COMPAT_DIR, name, err)
-            continue
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                found.add(root.real_path(fd))
-            else:
-                log.info("skip compat lib %s/%s: not a regular file", COMPAT_DIR, name)
-        finally:
-            os.close(fd)
-    return tuple(sorted(found))
-
-
-def _is_dir(root: Root, path: str) -> bool:
-    st = _stat(root, path)
-    return st is not None and stat.S_ISDIR(st.st_mode)
-
-
-def _same_file(root: Root, a: str, b: str) -> bool:
-    sa, sb = _stat(root, a), _stat(root, b)
-    return sa is not None and sb is not None and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-def _stat(root: Root, path: str) -> os.stat_result | None:
-    try:
-        fd = root.open_path(path, os.O_PATH)
-    except PathError:
-        return None
-    try:
-        return os.fstat(fd)
-    finally:
-        os.close(fd)
-
-
-def _strerror(err: OSError) -> str:
-    return os.strerror(err.errno).lower() if err.errno else str(err)
+            raise ContainerError("open /proc: not a procfs (mount proc there)")
+        with Root.open(rootfs, libc, procfs=procfs) as root:
+            yield root

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nvmount.cgroup.common import CgroupTarget
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerLayout:
@@ -13,14 +15,6 @@ class ContainerLayout:
     libs_dir: str  # "/usr/lib/x86_64-linux-gnu" (Debian family) or "/usr/lib64"
     libs32_dir: str  # "/usr/lib/i386-linux-gnu" or "/usr/lib32" / "/usr/lib"
     cuda_compat_libs: tuple[str, ...] = ()  # container paths of /usr/local/cuda/compat/lib*.so.*
-
-
-@dataclass(frozen=True, slots=True)
-class CgroupTarget:
-    """The container's device cgroup: its hierarchy version and host directory."""
-
-    version: int  # 1 or 2
-    path: str  # host path of the container's devices cgroup dir (v1) or cgroup dir (v2)
 
 
 @dataclass(frozen=True, slots=True)

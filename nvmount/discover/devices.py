@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DeviceNode, Gpu, MigDevice
-from nvmount.errors import DriverError
+from nvmount.errors import DriverError, strerror
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def read_char_majors(proc_root: str) -> dict[str, int]:
         with open(path, encoding="ascii", errors="replace") as f:
             text = f.read(1 << 20)
     except OSError as err:
-        raise DriverError(f"read {path}: {os.strerror(err.errno or 0).lower()} (is proc "
+        raise DriverError(f"read {path}: {strerror(err)} (is proc "
                           f"mounted, and is [nvhook] proc-root right?)") from err
     majors: dict[str, int] = {}
     in_char = False
@@ -75,7 +75,7 @@ def read_mig_minors(proc_root: str, gpu_minors: Collection[int] | None = None) -
     except FileNotFoundError:
         return ()
     except OSError as err:
-        raise DriverError(f"read {path}: {os.strerror(err.errno or 0).lower()}") from err
+        raise DriverError(f"read {path}: {strerror(err)}") from err
     gpus = r"\d+" if gpu_minors is None else "|".join(str(m) for m in sorted(set(gpu_minors)))
     pattern = re.compile(
         rf"^(gpu(?:{gpus})/gi\d+(?:/ci\d+)?/access|config|monitor) (\d+)$", re.MULTILINE)
@@ -100,7 +100,7 @@ def _stat_node(root: DriverRoot, path: str, expected: tuple[int, int] | None,
     except FileNotFoundError:
         st = None
     except OSError as err:
-        raise DriverError(f"stat {host}: {os.strerror(err.errno or 0).lower()}") from err
+        raise DriverError(f"stat {host}: {strerror(err)}") from err
     if st is None:
         warnings.append(f"missing device {path}")
         return None
@@ -169,7 +169,7 @@ def imex_channels(root: DriverRoot, imex_major: int | None) -> tuple[DeviceNode,
     except (FileNotFoundError, NotADirectoryError):
         return ()
     except OSError as err:
-        raise DriverError(f"list {root.host(hit.path)}: {os.strerror(err.errno or 0).lower()}"
+        raise DriverError(f"list {root.host(hit.path)}: {strerror(err)}"
                           ) from err
     channels = sorted(int(m.group(1)) for m in map(_CHANNEL.fullmatch, names)
                       if m and int(m.group(1)) < MAX_IMEX_CHANNEL)

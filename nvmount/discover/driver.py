@@ -24,7 +24,7 @@ from nvmount.discover import files
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DriverInventory, FileKind
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
-from nvmount.errors import DriverError
+from nvmount.errors import DriverError, strerror
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _read_cache(droot: DriverRoot, ldcache: str) -> tuple[LdcacheEntry, ...]:
         return read_ldcache(host, prefixes=files.library_names() + files.COMPAT_LIBS)
     except OSError as err:
         raise DriverError(
-            f"read ld.so.cache {host}: {os.strerror(err.errno or 0).lower()} (is the NVIDIA "
+            f"read ld.so.cache {host}: {strerror(err)} (is the NVIDIA "
             f"driver installed in {droot.root}? run 'ldconfig -r {droot.root}', or set "
             f"nvidia-container-cli.ldcache)") from err
 
@@ -157,3 +157,19 @@ def _ipc_paths(opts: DiscoveryOptions) -> tuple[tuple[str, DriverCapability], ..
     return files.ipc_paths(no_persistenced=opts.no_persistenced,
                            no_fabricmanager=opts.no_fabricmanager, no_mps=opts.no_mps,
                            mps_pipe_dir=mps)
+
+
+def no_driver_reason(root: str, ldcache: str) -> str | None:
+    """Why there is no driver under the driver root at all (None: there is one to inspect):
+    no ld.so.cache, or no libnvidia-ml.so.1 in it. Anything else is a broken driver."""
+    droot = DriverRoot(root)
+    cache = droot.host(droot.resolve(ldcache).path)
+    try:
+        entries = read_ldcache(cache, prefixes=(NVML_SONAME,))
+    except FileNotFoundError:
+        return f"{cache} does not exist"
+    except (OSError, DriverError):
+        return None  # let discovery report it
+    if not any(e.key == NVML_SONAME for e in entries):
+        return f"{NVML_SONAME} is not in {cache}"
+    return None

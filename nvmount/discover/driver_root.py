@@ -18,7 +18,7 @@ import errno
 import os
 from dataclasses import dataclass
 
-from nvmount.errors import DriverError
+from nvmount.errors import DriverError, strerror
 
 MAX_LINKS = 40
 _NOT_A_LINK = ""  # memo value: the component exists and is not a symlink
@@ -103,5 +103,5 @@ class DriverRoot:
         try:
             return self._readlink(self.host(rel))
         except OSError as err:
-            cause = os.strerror(err.errno or 0).lower()
+            cause = strerror(err)
             raise DriverError(f"path error: {self.host(path)}: {cause}") from err

@@ -19,7 +19,7 @@ from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.elf import ElfFormatError, ElfInfo, read_elf
 from nvmount.discover.inventory import DriverFile, FileKind
 from nvmount.discover.ldcache import LdcacheEntry
-from nvmount.errors import DriverError
+from nvmount.errors import DriverError, strerror
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class _Selector:
         try:
             info = self.seen.get(path) or read_elf(host, notes=base.startswith("libnvidia-tls.so"))
         except OSError as err:
-            raise DriverError(f"read library {host}: {os.strerror(err.errno or 0).lower()} "
+            raise DriverError(f"read library {host}: {strerror(err)} "
                               f"(check the driver installation)") from err
         except ElfFormatError as err:
             log.info("skipping %s: %s", path, err)
@@ -186,7 +186,7 @@ def find_firmware(root: DriverRoot, nvrm: str, warnings: list[str]) -> tuple[Dri
             names = []
         except OSError as err:
             raise DriverError(f"list firmware {root.host(real.path)}: "
-                              f"{os.strerror(err.errno or 0).lower()}") from err
+                              f"{strerror(err)}") from err
     if not names:
         warnings.append(f"missing firmware path {root.host(real.path)}/{FIRMWARE_GLOB}")
         return ()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
-from types import TracebackType
 
-from nvmount.errors import ContainerError
+from nvmount.errors import ContainerError, strerror
+from nvmount.fds import FdOwner
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 _PROC_ROOT_INO = 1
 
 
-class ProcFs:
+class ProcFs(FdOwner):
     """An owned O_PATH fd on a verified procfs root; a context manager."""
 
     def __init__(self, fd: int) -> None:
@@ -49,7 +49,7 @@ class ProcFs:
                 fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
             raise ContainerError(
-                f"open procfs {path}: {os.strerror(err.errno or 0).lower()} (the engine "
+                f"open procfs {path}: {strerror(err)} (the engine "
                 "needs root and the new mount API)"
             ) from err
         try:
@@ -57,7 +57,7 @@ class ProcFs:
             ino = os.fstat(fd).st_ino
         except OSError as err:
             os.close(fd)
-            raise ContainerError(f"check procfs {path}: {os.strerror(err.errno or 0)}") from err
+            raise ContainerError(f"check procfs {path}: {strerror(err)}") from err
         if magic != _libc.PROC_SUPER_MAGIC or ino != _PROC_ROOT_INO:
             os.close(fd)
             raise ContainerError(
@@ -89,18 +89,3 @@ class ProcFs:
                 return int(value)
         raise ContainerError(f"read fdinfo of fd {fd}: no mnt_id (kernel too old)")
 
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> ProcFs:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

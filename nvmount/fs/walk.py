@@ -13,72 +13,38 @@ renamed into place with RENAME_NOREPLACE.
 
 from __future__ import annotations
 
-import enum
 import errno
 import logging
 import os
 import posixpath
 import stat
-from dataclasses import dataclass
 
 from nvmount.errors import PathError
+from nvmount.fs.paths import (
+    MAX_SYMLINKS,
+    NAME_MAX,
+    PATH_MAX,
+    Created,
+    EntryKind,
+    show,
+    split_path,
+    type_name,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount.fs.rootfs import Root
+    from nvmount.fs.root import RootDir
 
 log = logging.getLogger(__name__)
 
-MAX_SYMLINKS = 40  # the kernel's limit, also for our hand-made walk
-PATH_MAX = 4096
-NAME_MAX = 255
 _CLOEXEC = os.O_CLOEXEC
 _PATH = os.O_PATH | os.O_CLOEXEC
-_CAUSES = {
-    errno.ELOOP: "symlink loop or more than 40 symlinks (or a magic link under /proc)",
-    errno.ENAMETOOLONG: "name too long",
-    errno.EXDEV: "path escapes through a magic link (/proc/...) or leaves the rootfs",
-    errno.ENOTDIR: "a path component is not a directory",
-    errno.ENOENT: "no such file or directory",
-    errno.EROFS: "read-only filesystem (the rootfs is mounted read-only)",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.ENOSPC: "no space left on device",
-}
-
-
-class EntryKind(enum.Enum):
-    DIRECTORY = "directory"
-    FILE = "file"
-    SYMLINK = "symlink"
-
-
-@dataclass(frozen=True, slots=True)
-class Created:
-    """One filesystem entry we created inside the rootfs (for rollback)."""
-
-    path: str  # container path of the entry (physical: parent resolved, no symlinks)
-    parent: str  # container path of its parent directory
-    name: str  # its name in the parent
-    kind: EntryKind
-    dev: int  # (st_dev, st_ino) right after creation; removal requires a match
-    ino: int
-
-
-def show(path: str, limit: int = 160) -> str:
-    """A container path for messages, shortened when absurdly long (F15)."""
-    return path if len(path) <= limit else f"{path[:limit]}...({len(path)} chars)"
-
-
-def split_path(path: str) -> list[str]:
-    """Components of a container path; "" and "." dropped (pure)."""
-    return [c for c in path.split("/") if c not in ("", ".")]
 
 
 class Walker:
     """One creating walk: follows symlinks as if chrooted, records what it creates."""
 
-    def __init__(self, root: Root, uid: int, gid: int, mode: int) -> None:
+    def __init__(self, root: RootDir, uid: int, gid: int, mode: int) -> None:
         self.root = root
         self.uid = uid
         self.gid = gid
@@ -266,32 +232,3 @@ class Walker:
             raise
         self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
         log.debug("created symlink %s -> %s", where, link_text)
-
-
-def split_leaf(path: str) -> tuple[str, str]:
-    parts = split_path(path)
-    if not parts or parts[-1] == "..":
-        raise PathError(f"resolve {show(path)}: not a file path (needs a last component)")
-    return "/" + "/".join(parts[:-1]), parts[-1]
-
-
-def is_symlink(path: str, dir_fd: int | None) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def type_name(mode: int) -> str:
-    names = {
-        stat.S_IFREG: "regular file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink",
-        stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
-        stat.S_IFBLK: "block device",
-    }
-    return names.get(stat.S_IFMT(mode), f"file of mode {mode:o}")
-
-
-def cause(err: OSError) -> str:
-    if err.errno in _CAUSES:
-        return _CAUSES[err.errno]
-    return os.strerror(err.errno).lower() if err.errno else str(err)

@@ -41,9 +41,11 @@ import signal
 import stat
 from dataclasses import dataclass
 
+from nvmount import _bpf as B
 from nvmount import _libc as L
 from nvmount import privileges
 from nvmount._libc import Libc
+from nvmount.errors import strerror
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -96,7 +98,7 @@ def _report(fd: int, kind: str, text: str) -> None:
 
 
 def _step_error(step: str, err: OSError) -> _Stop:
-    cause = os.strerror(err.errno) if err.errno else str(err)
+    cause = strerror(err)
     return _Stop("error", f"{step}: {cause.lower()} (errno {err.errno})", 1)
 
 
@@ -266,7 +268,7 @@ def _exec(spec: SandboxSpec, libc: Libc) -> NoReturn:
         _report(spec.status_fd, "warn", f"no seccomp filter for {os.uname().machine}")
     else:
         try:
-            L.seccomp_set_filter(libc, spec.seccomp)
+            B.seccomp_set_filter(libc, spec.seccomp)
         except OSError as err:
             raise _step_error("install the seccomp filter", err) from err
     try:

@@ -167,7 +167,8 @@ def check_mounts(mountinfo: list[str], allowed: Sequence[str], forbidden: Sequen
 def engine_start(pid: int, rootfs: Path, options: object, request: object) -> tuple[bool, str]:
     """One engine-level start against `pid`: (True, "") or (False, the one-line error).
     Anything but an NvmountError propagates (a traceback is a bug)."""
-    from nvmount.engine import EngineOptions, EngineRequest, configure_container
+    from nvmount.engine import configure_container
+    from nvmount.engine_types import EngineOptions, EngineRequest
     from nvmount.errors import NvmountError
 
     assert isinstance(options, EngineOptions) and isinstance(request, EngineRequest)

@@ -28,7 +28,7 @@ import pytest
 from nvhook.demo.rootfs import copy_rootfs
 from nvhook.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
-from nvmount.engine import EngineOptions, EngineRequest
+from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.plan.types import CompatMode
 from tests.fixtures.containers import RootfsCache
 from tests.security.conftest import LONG
@@ -85,7 +85,7 @@ def _engine_options(sim: SimRoot) -> EngineOptions:
 def _engine_race(stats: RaceStats, rootfs: Path, sim: SimRoot, swappers: list[Swapper],
                  links: list[Path], targets: list[str], oracle: HostOracle, starts: int) -> None:
     options = _engine_options(sim)
-    request = EngineRequest(devices="0", capabilities=C.UTILITY | C.COMPUTE)
+    request = EngineRequest(devices=("0",), capabilities=C.UTILITY | C.COMPUTE)
     original = rootfs_listing(rootfs)
     fds = len(os.listdir("/proc/self/fd"))
     began = time.monotonic()

@@ -9,21 +9,19 @@ import os
 import pytest
 
 from nvmount._libc import Libc
-from nvmount.cgroup.common import (
+from nvmount.cgroup.allow import allow_devices
+from nvmount.cgroup.common import CgroupTarget, should_skip_cgroups, validate_rules
+from nvmount.cgroup.find import (
     CgroupCandidate,
     CgroupLine,
-    allow_devices,
     cgroup_candidates,
     device_cgroups,
     find_cgroup,
     parse_mountinfo,
     parse_proc_cgroup,
-    should_skip_cgroups,
     unescape_mountinfo,
-    validate_rules,
 )
 from nvmount.cgroup.v1 import ListEntry, missing_access, parse_devices_list
-from nvmount.container.types import CgroupTarget
 from nvmount.errors import CgroupError
 from nvmount.plan.types import DeviceRule
 from tests.fixtures.cgroup import (

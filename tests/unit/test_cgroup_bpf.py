@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from nvmount import _bpf as B
 from nvmount import _libc as L
 from nvmount.cgroup import bpf as cgroup_bpf
+from nvmount.cgroup.allow import allow_devices
 from nvmount.cgroup.bpf import (
     ACC_MKNOD,
     ACC_READ,
@@ -30,8 +32,7 @@ from nvmount.cgroup.bpf import (
     rule_block,
     unreloadable_reason,
 )
-from nvmount.cgroup.common import allow_devices
-from nvmount.container.types import CgroupTarget
+from nvmount.cgroup.common import CgroupTarget
 from nvmount.errors import CgroupError
 from nvmount.plan.types import DeviceRule
 from tests.fixtures.cgroup import (
@@ -158,8 +159,8 @@ def test_unreloadable_reason(insns: tuple[Insn, ...], reason: str | None) -> Non
 def test_load_error_carries_verifier_log() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    with pytest.raises(L.BpfLoadError) as info:
-        L.bpf_prog_load(L.Libc(), L.BPF_PROG_TYPE_CGROUP_DEVICE, encode([Insn(0x95)]),
+    with pytest.raises(B.BpfLoadError) as info:
+        B.bpf_prog_load(L.Libc(), B.BPF_PROG_TYPE_CGROUP_DEVICE, encode([Insn(0x95)]),
                         "Apache-2.0", "nvhook_test")
     assert "R0 !read_ok" in info.value.log
 
@@ -169,16 +170,16 @@ NODES = {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidiactl": (195, 255), "nul
 RUNC_LIKE = (DeviceRule(1, 3, "rwm"), DeviceRule(1, 5, "rwm"), DeviceRule(5, 0, "rwm"))
 
 
-def attach(libc: L.Libc, cg: str, insns: Sequence[Insn], flags: int = L.BPF_F_ALLOW_MULTI
+def attach(libc: L.Libc, cg: str, insns: Sequence[Insn], flags: int = B.BPF_F_ALLOW_MULTI
            ) -> tuple[int, int]:
     """(fd, id) of a program loaded from `insns` and attached to `cg` with `flags`."""
-    fd = L.bpf_prog_load(libc, L.BPF_PROG_TYPE_CGROUP_DEVICE, encode(insns), "GPL", "test_runc")
+    fd = B.bpf_prog_load(libc, B.BPF_PROG_TYPE_CGROUP_DEVICE, encode(insns), "GPL", "test_runc")
     cg_fd = os.open(cg, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        L.bpf_prog_attach(libc, cg_fd, fd, L.BPF_CGROUP_DEVICE, flags)
+        B.bpf_prog_attach(libc, cg_fd, fd, B.BPF_CGROUP_DEVICE, flags)
     finally:
         os.close(cg_fd)
-    return fd, L.bpf_prog_info(libc, fd).prog_id
+    return fd, B.bpf_prog_info(libc, fd).prog_id
 
 
 def scenario(body: Callable[[L.Libc, str, dict[str, str]], None]) -> None:

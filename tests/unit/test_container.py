@@ -10,16 +10,13 @@ from pathlib import Path
 import pytest
 
 from nvmount._libc import Libc
-from nvmount.container.open import (
-    IDENTITY_UID_MAP,
-    check_rootfs_path,
+from nvmount.container.layout import (
     choose_layout,
     detect_layout,
     find_compat_libs,
     is_compat_lib_name,
-    open_container,
-    parse_id_map,
 )
+from nvmount.container.open import IDENTITY_UID_MAP, check_rootfs_path, open_container, parse_id_map
 from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, PathError
 from nvmount.fs.rootfs import Root

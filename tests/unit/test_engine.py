@@ -27,12 +27,9 @@ from nvhook.sim import SimRoot
 from nvhook.sim.prestart import mount_proc_driver
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
-from nvmount.engine import (
-    EngineOptions,
-    EngineRequest,
-    configure_container,
-    plan_only,
-)
+from nvmount.container.open import open_rootfs_readonly
+from nvmount.engine import configure_container, plan_only
+from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.errors import NvmountError, RequirementError
 from nvmount.faults import Faults
 from nvmount.plan.types import Bind
@@ -125,7 +122,7 @@ def cgroup() -> Iterator[str]:
 def test_configure_a_running_container(sim_root: SimRoot, rootfs: Path, cgroup: str) -> None:
     with container(rootfs, cgroup) as t:
         result = configure_container(
-            EngineRequest(devices="1", capabilities=C.UTILITY | C.COMPUTE), t.pid, t.rootfs,
+            EngineRequest(devices=("1",), capabilities=C.UTILITY | C.COMPUTE), t.pid, t.rootfs,
             options(sim_root), Libc())
         assert result.ldconfig is not None and result.ldconfig.ok
         assert Path(t.view(f"{LIB}/libcuda.so.550.54.15")).read_bytes().startswith(b"\x7fELF")
@@ -154,7 +151,7 @@ def test_timing_record(sim_root: SimRoot, rootfs: Path, cgroup: str, tmp_path: P
 
     log = tmp_path / "timing.jsonl"
     with container(rootfs, cgroup) as t:
-        configure_container(EngineRequest(devices="all", capabilities=C.UTILITY), t.pid,
+        configure_container(EngineRequest(devices=("all",), capabilities=C.UTILITY), t.pid,
                             t.rootfs, options(sim_root, timing_log=str(log), container_id="c1"),
                             Libc())
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]
@@ -169,7 +166,7 @@ def test_requirement_failure_changes_nothing(sim_root: SimRoot, rootfs: Path,
     with container(rootfs, cgroup) as t:
         before = snapshot(t)
         with pytest.raises(RequirementError, match=r"^requirement cuda>=99"):
-            configure_container(EngineRequest(devices="0", capabilities=C.COMPUTE,
+            configure_container(EngineRequest(devices=("0",), capabilities=C.COMPUTE,
                                               requirements=("cuda>=99",)),
                                 t.pid, t.rootfs, options(sim_root), Libc())
         assert snapshot(t) == before
@@ -183,7 +180,7 @@ def test_ldconfig_failure(sim_root: SimRoot, rootfs: Path, cgroup: str,
     opts = options(sim_root, ldconfig="@/nonexistent/ldconfig", ldconfig_required=required)
     with container(rootfs, cgroup) as t:
         before = snapshot(t)
-        request = EngineRequest(devices="0", capabilities=C.UTILITY)
+        request = EngineRequest(devices=("0",), capabilities=C.UTILITY)
         if required:
             with pytest.raises(LdcacheError, match=r"^run ldconfig: host /nonexistent/ldconfig"):
                 configure_container(request, t.pid, t.rootfs, opts, Libc())
@@ -235,7 +232,7 @@ def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
 def test_a_fault_at_every_step_leaves_nothing_behind(sim_mig_root: SimRoot, rootfs: Path,
                                                      cgroup: str) -> None:
     """A MIG device of GPU 0 (its parent comes along), graphics and display included."""
-    request = EngineRequest(devices="0:3", capabilities=FULL_CAPS, imex_channels=(0,))
+    request = EngineRequest(devices=("0:3",), capabilities=FULL_CAPS, imex_channels=(0,))
     count = _sweep(sim_mig_root, rootfs, cgroup, request, nvidia_dir=False)
     assert count > 150
 
@@ -245,7 +242,7 @@ def test_a_fault_at_every_step_all_gpus_all_caps(sim_root: SimRoot, rootfs: Path
                                                  cgroup: str) -> None:
     if os.environ.get("NVHOOK_LONG") != "1":
         pytest.skip("long variant: set NVHOOK_LONG=1")
-    request = EngineRequest(devices="all", capabilities=C.all())
+    request = EngineRequest(devices=("all",), capabilities=C.all())
     assert _sweep(sim_root, rootfs, cgroup, request, nvidia_dir=True) > 300
 
 
@@ -254,7 +251,7 @@ def _plan_as_nobody(sim: SimRoot, rootfs: str) -> tuple[int, int, list[str]]:
     os.setgroups([])
     os.setgid(65534)
     os.setuid(65534)  # no capabilities, no root
-    plan = plan_only(EngineRequest(devices="all", capabilities=C.UTILITY | C.COMPUTE), rootfs,
+    plan = plan_only(EngineRequest(devices=("all",), capabilities=C.UTILITY | C.COMPUTE), rootfs,
                      options(sim), Libc())
     assert plan is not None
     return len(plan.entries), plan.count(Bind), [f"{r.major}:{r.minor}" for r in
@@ -283,10 +280,10 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
 
 
 @pytest.mark.parametrize(("request_", "reads"), [
-    (EngineRequest(devices="all"), False),
-    (EngineRequest(devices="0:3"), False),  # a MIG device has its own access files and caps
-    (EngineRequest(devices="0", mig_config="all"), True),
-    (EngineRequest(devices="0", mig_monitor="all"), True),
+    (EngineRequest(devices=("all",)), False),
+    (EngineRequest(devices=("0:3",)), False),  # a MIG device has its own access files and caps
+    (EngineRequest(devices=("0",), mig_config="all"), True),
+    (EngineRequest(devices=("0",), mig_monitor="all"), True),
 ], ids=["gpus", "mig-device", "mig-config", "mig-monitor"])
 def test_mig_minors_are_read_only_for_mig_config_or_monitor(
         sim_mig_root: SimRoot, rootfs: Path, request_: EngineRequest, reads: bool) -> None:
@@ -298,7 +295,7 @@ def test_mig_minors_are_read_only_for_mig_config_or_monitor(
     plan = plan_only(request_, str(rootfs), opts, Libc())
     full = engine.discover(opts, Faults(), mig_minors=True)
     assert full.mig_minors
-    with engine._readonly_root(str(rootfs), Libc()) as root:
+    with open_rootfs_readonly(str(rootfs), Libc()) as root:
         reference = engine.make_plan(full, engine.select_and_check(full, request_), request_,
                                      root, opts)
     assert plan is not None and plan.device_rules == reference.device_rules
@@ -306,7 +303,7 @@ def test_mig_minors_are_read_only_for_mig_config_or_monitor(
 
 
 def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
-    assert plan_only(EngineRequest(devices="all"), str(rootfs),
+    assert plan_only(EngineRequest(devices=("all",)), str(rootfs),
                      EngineOptions(root=str(tmp_path)), Libc()) is None
 
 

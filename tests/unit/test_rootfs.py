@@ -1,4 +1,4 @@
-"""nvmount.fs.rootfs: in-root lookups and creation on real temp trees (security.md F1-F5, F13-15)."""
+"""nvmount.fs.rootfs: in-root lookups and creation on temp trees (security.md F1-F5, F13-F15)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,76 @@
+"""Records at the engine's boundary: what a caller asks for, with which host settings, and
+what `nvmount.engine.configure_container` did. Pure data (the hook builds the first two from
+its request and config.toml, `nvhook.engine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nvmount.capabilities import UNGATED, DriverCapability
+from nvmount.plan.types import CompatMode
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.apply.steps import ApplyResult
+    from nvmount.discover.inventory import DriverInventory
+    from nvmount.ldcache.ldconfig import LdconfigResult
+    from nvmount.plan.types import MountPlan
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """What the container asks for (the hook's `ContainerRequest`, in engine terms)."""
+
+    devices: tuple[str, ...] = ()  # device ids (() = no GPU; driver files still exposed)
+    capabilities: DriverCapability = UNGATED  # the requested capabilities (none by default)
+    requirements: tuple[str, ...] = ()
+    mig_config: str | None = None  # "all" or None
+    mig_monitor: str | None = None
+    imex_channels: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """Host-side settings (from config.toml, see `nvhook.engine.engine_options`)."""
+
+    root: str = "/"  # driver root
+    ldcache: str = "/etc/ld.so.cache"  # inside the driver root
+    proc_root: str = "/proc"  # driver facts: /proc/devices, nvidia-caps (simulation: <sim>/proc)
+    host_proc: str = "/proc"  # the real procfs: the container's /proc/<pid>
+    ldconfig: str = "@/sbin/ldconfig"
+    ldconfig_required: bool = False
+    ldconfig_timeout: float = 10.0
+    no_cgroups: bool = False
+    compat_mode: CompatMode = CompatMode.LDCONFIG
+    no_persistenced: bool = False
+    no_fabricmanager: bool = False
+    no_gsp_firmware: bool = False
+    timing_log: str = ""
+    container_id: str = ""  # for the timing record
+    limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """What `configure_container` did: the plan, the inventory and the effects."""
+
+    plan: MountPlan
+    inventory: DriverInventory
+    applied: ApplyResult
+    cgroup: str  # what was done to the device cgroup, for the log
+    ldconfig: LdconfigResult | None
+    warnings: tuple[str, ...] = ()
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What the effectful half did (`nvmount.engine_run.Run.execute`)."""
+
+    applied: ApplyResult
+    cgroup: str
+    ldconfig: LdconfigResult | None
+    warnings: tuple[str, ...]

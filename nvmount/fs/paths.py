@@ -1,0 +1,86 @@
+"""Pure helpers of in-root path handling: path splitting, display, causes, created entries.
+
+Stage: the fd-safe layer (`nvmount.fs`), below `root`, `walk` and `rootfs`; no I/O except
+`is_symlink` (one lstat relative to a directory fd).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import stat
+from dataclasses import dataclass
+
+from nvmount.errors import PathError, strerror
+
+MAX_SYMLINKS = 40  # the kernel's limit, also for our hand-made walk
+PATH_MAX = 4096
+NAME_MAX = 255
+_CAUSES = {
+    errno.ELOOP: "symlink loop or more than 40 symlinks (or a magic link under /proc)",
+    errno.ENAMETOOLONG: "name too long",
+    errno.EXDEV: "path escapes through a magic link (/proc/...) or leaves the rootfs",
+    errno.ENOTDIR: "a path component is not a directory",
+    errno.ENOENT: "no such file or directory",
+    errno.EROFS: "read-only filesystem (the rootfs is mounted read-only)",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOSPC: "no space left on device",
+}
+
+
+class EntryKind(enum.Enum):
+    DIRECTORY = "directory"
+    FILE = "file"
+    SYMLINK = "symlink"
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """One filesystem entry we created inside the rootfs (for rollback)."""
+
+    path: str  # container path of the entry (physical: parent resolved, no symlinks)
+    parent: str  # container path of its parent directory
+    name: str  # its name in the parent
+    kind: EntryKind
+    dev: int  # (st_dev, st_ino) right after creation; removal requires a match
+    ino: int
+
+
+def show(path: str, limit: int = 160) -> str:
+    """A container path for messages, shortened when absurdly long (F15)."""
+    return path if len(path) <= limit else f"{path[:limit]}...({len(path)} chars)"
+
+
+def split_path(path: str) -> list[str]:
+    """Components of a container path; "" and "." dropped (pure)."""
+    return [c for c in path.split("/") if c not in ("", ".")]
+
+
+def split_leaf(path: str) -> tuple[str, str]:
+    parts = split_path(path)
+    if not parts or parts[-1] == "..":
+        raise PathError(f"resolve {show(path)}: not a file path (needs a last component)")
+    return "/" + "/".join(parts[:-1]), parts[-1]
+
+
+def is_symlink(path: str, dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def type_name(mode: int) -> str:
+    names = {
+        stat.S_IFREG: "regular file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink",
+        stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
+        stat.S_IFBLK: "block device",
+    }
+    return names.get(stat.S_IFMT(mode), f"file of mode {mode:o}")
+
+
+def cause(err: OSError) -> str:
+    """The cause text of a failed lookup, with path-resolution wording for its errnos."""
+    return strerror(err, _CAUSES)
