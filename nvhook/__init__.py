@@ -1,7 +1,9 @@
-"""nvhook: the OCI prestart hook that gives containers NVIDIA GPUs.
+"""nvhook: the OCI prestart hook that gives containers NVIDIA GPUs, and its tools.
 
-Pipeline (module names are the stages): cli -> oci (state, spec) -> config -> request
--> nvmount (driver inventory -> plan -> apply -> ldcache -> cgroup).
+Hook path (module names are the stages): cli -> commands -> prestart: config -> oci (state,
+spec) -> request (device_lists, semver) -> engine (the bridge) -> nvmount. Support: flags,
+isolation (process hygiene), logs, errors. Tools beside the engine, never imported by it or
+by the hook path: sim/ (the simulated driver), demo/, install_cmd, driver_cmds (info, list).
 """
 
 __version__ = "0.1.0"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from nvhook.errors import UsageError
 
 if TYPE_CHECKING:
-    from nvhook.cli import GlobalOptions
+    from nvhook.flags import GlobalOptions
     from nvmount.discover.driver import DiscoveryOptions
     from nvmount.discover.inventory import DriverInventory, Gpu
     from nvmount.plan.selection import Selection

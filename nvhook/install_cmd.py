@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from nvhook.errors import NvhookError
 
 if TYPE_CHECKING:
-    from nvhook.cli import GlobalOptions
+    from nvhook.flags import GlobalOptions
 
 DEFAULT_PREFIX = "/usr/local/bin"
 DEFAULT_NAMES = ("nvidia-container-runtime-hook", "nvhook-hook")
@@ -126,7 +126,7 @@ def import_paths(modules: tuple[str, ...] = _MODULES) -> list[str]:
 
 def render_launcher(python: str, paths: list[str]) -> str:
     from nvhook import __version__
-    from nvhook.cli import LOADER_VARIABLES, REEXEC_XOPTION
+    from nvhook.isolation import LOADER_VARIABLES, REEXEC_XOPTION
 
     if any(c.isspace() for c in python) or not python.startswith("/") or len(python) > 120:
         raise NvhookError(

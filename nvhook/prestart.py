@@ -19,8 +19,8 @@ import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.cli import GlobalOptions
     from nvhook.config import HookConfig
+    from nvhook.flags import GlobalOptions
     from nvhook.oci import Spec, State
     from nvhook.request import ContainerRef, ContainerRequest
 
@@ -32,7 +32,7 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
     command, args = argv[0], argv[1:]
     if command != "prestart":
         return 0  # poststart, poststop: succeed without reading stdin, whatever the arguments
-    from nvhook.cli import take_flags
+    from nvhook.flags import take_flags
 
     values, extra = take_flags(args, _PRESTART_FLAGS, leading=False, strict=True)
     if extra:
@@ -53,7 +53,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     with timer.phase("config"):
         config = load_config(opts.config_path, os.environ, cwd=opts.cwd)
     if config.cli.debug and not dry_run:
-        from nvhook.cli import attach_log_file
+        from nvhook.logs import attach_log_file
 
         attach_log_file(config.cli.debug)
     with timer.phase("spec"):

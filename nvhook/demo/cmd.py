@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from nvhook.errors import NvhookError
 
 if TYPE_CHECKING:
-    from nvhook.cli import GlobalOptions
     from nvhook.demo.bundle import Runc, RuncResult
     from nvhook.demo.driver import DriverSetup
+    from nvhook.flags import GlobalOptions
 
 SIM_GPUS = 8
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from nvhook.errors import UsageError
 
 if TYPE_CHECKING:
-    from nvhook.cli import GlobalOptions
+    from nvhook.flags import GlobalOptions
     from nvhook.sim import SimRoot, SimSpec
 
 

@@ -31,7 +31,8 @@ PROBE = 'for n in nvidia0 nvidia1 null; do echo "== $n"; (exec 3<>/nodes/$n) 2>&
 
 HOOK = """#!{python}
 import json, os, sys
-from nvmount._libc import BPF_CGROUP_DEVICE, Libc, bpf_prog_query
+from nvmount._bpf import BPF_CGROUP_DEVICE, bpf_prog_query
+from nvmount._libc import Libc
 from nvmount.cgroup.allow import allow_devices
 from nvmount.cgroup.find import find_cgroup
 from nvmount.plan.types import DeviceRule

@@ -15,7 +15,8 @@ import pytest
 
 from nvhook.demo.bundle import Runc, container_cgroup_dirs
 from nvhook.demo.rootfs import RootfsFlavor
-from tests.e2e.expected import (
+from tests.fixtures.containers import CGROUP2_RUNC, GpuRig, HostSnapshot, created_container
+from tests.fixtures.expected import (
     ALL_CAPS,
     Expected,
     canonical,
@@ -23,7 +24,6 @@ from tests.e2e.expected import (
     parse_caps,
     selected_gpus,
 )
-from tests.fixtures.containers import CGROUP2_RUNC, GpuRig, HostSnapshot, created_container
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 

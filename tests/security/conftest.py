@@ -1,4 +1,4 @@
-"""Fixtures of the security suite (helpers live in tests/security/fixtures.py)."""
+"""Fixtures of the security suite (helpers live in tests/fixtures/security.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from nvhook.sim import SimRoot
 from tests.fixtures.containers import ContainerFactory
-from tests.security.fixtures import AttackRig, HostOracle
+from tests.fixtures.security import AttackRig, HostOracle
 
 LONG = os.environ.get("NVHOOK_LONG") == "1"
 
@@ -38,5 +38,5 @@ def oracle() -> HostOracle:
 
 @pytest.fixture(scope="session")
 def tools_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the C tools of tests/security/tools are compiled (once per session)."""
+    """Where the C tools of tests/fixtures/tools are compiled (once per session)."""
     return tmp_path_factory.mktemp("sectools")

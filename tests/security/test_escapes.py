@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 
-import tests.security.attacks_env  # noqa: F401  (registers F11)
+import tests.fixtures.attacks_env  # noqa: F401  (registers F11)
 from nvhook.demo.bundle import HookEntry, Runc
 from nvhook.demo.rootfs import copy_rootfs
+from tests.fixtures.attacks import CASES, Expect, see_script
 from tests.fixtures.containers import RootfsCache
-from tests.security.attacks import CASES, Expect, see_script
-from tests.security.conftest import LONG
-from tests.security.fixtures import (
+from tests.fixtures.security import (
     LIB,
     PROBE,
     START_LIMIT_S,
@@ -38,6 +37,7 @@ from tests.security.fixtures import (
     symlinks,
     wrap_script,
 )
+from tests.security.conftest import LONG
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 

@@ -25,8 +25,8 @@ import pytest
 
 from nvhook.demo.bundle import HookEntry
 from nvhook.demo.driver import nvhook_hook_entry
+from tests.fixtures.security import TOOLS, AttackRig, HostOracle, Outcome
 from tests.security.conftest import LONG
-from tests.security.fixtures import TOOLS, AttackRig, HostOracle, Outcome
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 

@@ -13,7 +13,7 @@ import pytest
 
 from nvhook.demo.bundle import Runc
 from tests.fixtures.containers import CGROUP2_RUNC
-from tests.security.fixtures import PROBE, AttackRig, HostOracle
+from tests.fixtures.security import PROBE, AttackRig, HostOracle
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 

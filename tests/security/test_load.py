@@ -19,8 +19,8 @@ import pytest
 
 from nvhook.demo.bundle import container_cgroup_dirs, delete_container, new_container_id
 from tests.fixtures.containers import open_fd_count
+from tests.fixtures.security import AttackRig, HostOracle
 from tests.security.conftest import LONG
-from tests.security.fixtures import AttackRig, HostOracle
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 

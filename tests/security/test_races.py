@@ -31,8 +31,15 @@ from nvmount.capabilities import DriverCapability as C
 from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.plan.types import CompatMode
 from tests.fixtures.containers import RootfsCache
-from tests.security.conftest import LONG
-from tests.security.fixtures import (
+from tests.fixtures.race import (
+    RaceStats,
+    Swapper,
+    check_mounts,
+    engine_start,
+    reset_rootfs,
+    rootfs_listing,
+)
+from tests.fixtures.security import (
     LIB,
     AttackRig,
     HostOracle,
@@ -41,14 +48,7 @@ from tests.security.fixtures import (
     symlinks,
     token,
 )
-from tests.security.race import (
-    RaceStats,
-    Swapper,
-    check_mounts,
-    engine_start,
-    reset_rootfs,
-    rootfs_listing,
-)
+from tests.security.conftest import LONG
 
 pytestmark = [pytest.mark.root]
 

@@ -34,7 +34,7 @@ from nvmount.plan.types import (
     Tmpfs,
     WriteFile,
 )
-from tests.unit._privns import in_private_ns
+from tests.fixtures.privns import in_private_ns
 
 pytestmark = pytest.mark.root
 

@@ -20,7 +20,7 @@ from nvmount.container.open import IDENTITY_UID_MAP, check_rootfs_path, open_con
 from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, PathError
 from nvmount.fs.rootfs import Root
-from tests.unit._privns import sleeper
+from tests.fixtures.privns import sleeper
 
 root_only = pytest.mark.root
 
@@ -53,8 +53,9 @@ def test_rootfs_path_must_be_absolute_and_clean(rootfs: str) -> None:
         check_rootfs_path(rootfs)
 
 
-def test_clean_rootfs_path_is_accepted() -> None:
-    check_rootfs_path("/var/lib/x/rootfs")
+@pytest.mark.parametrize("path", ["/var/lib/x/rootfs", "/r", "/a/b.c/d-e_f"])
+def test_clean_rootfs_path_is_accepted(path: str) -> None:
+    assert check_rootfs_path(path) is None  # no ContainerError: accepted as given
 
 
 @pytest.mark.parametrize(
@@ -283,7 +284,7 @@ def _open_with_container_caps(pid: int, rootfs: str) -> tuple[int, bool, str]:
 @root_only
 def test_open_container_needs_only_its_stage_capabilities(rootfs: Path) -> None:
     """Stage.CONTAINER has no SYS_ADMIN/KILL: a plain procfs handle, EPERM on signal 0 = alive."""
-    from tests.unit._privns import in_private_ns
+    from tests.fixtures.privns import in_private_ns
 
     setpriv = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
     with sleeper("-U", "-m", prefix=setpriv) as pid:

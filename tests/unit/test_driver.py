@@ -18,9 +18,9 @@ from nvmount.discover.inventory import DriverInventory, FileKind
 from nvmount.discover.ldcache import ARCH_X86_64, LdcacheEntry
 from nvmount.errors import DriverError, NvmlError, SelectionError
 from nvmount.plan.selection import select_devices
+from tests.fixtures.elfgen import abi_note, make_elf
+from tests.fixtures.ldcachegen import write_new
 from tests.fixtures.sim import SimRootFactory
-from tests.unit._elfgen import abi_note, make_elf
-from tests.unit._ldcachegen import write_new
 
 V = "550.54.15"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

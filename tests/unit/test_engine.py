@@ -263,7 +263,7 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
     import tempfile
 
     from nvhook.sim import SimSpec, create_sim_root
-    from tests.unit._privns import in_private_ns
+    from tests.fixtures.privns import in_private_ns
 
     top = Path(tempfile.mkdtemp(prefix="nvhook-dry-"))
     try:

@@ -3,7 +3,6 @@ ldconfig, and truncated or hostile input (which must raise DriverError, never cr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -23,8 +22,8 @@ from nvmount.discover.ldcache import (
     read_ldcache,
 )
 from nvmount.errors import DriverError
-from tests.unit._elfgen import make_elf
-from tests.unit._ldcachegen import write_compat, write_new, write_old
+from tests.fixtures.elfgen import make_elf
+from tests.fixtures.ldcachegen import write_compat, write_new, write_old
 
 X64 = 0x0303  # libc6 | x86-64
 I386 = 0x0003
@@ -114,9 +113,18 @@ def test_hostile_cache_is_unsupported(data: bytes) -> None:
                          ids=["new", "old", "compat"])
 def test_every_truncation_is_an_error_or_a_prefix(writer: object) -> None:
     data = writer(ENTRIES)  # type: ignore[operator]
+    full = parse_ldcache(data, "c")
+    outcomes = {"error": 0, "prefix": 0}
     for cut in range(len(data)):
-        with contextlib.suppress(DriverError):
-            parse_ldcache(data[:cut], "c")
+        try:
+            got = parse_ldcache(data[:cut], "c")
+        except DriverError as err:
+            assert str(err).startswith("parse ld.so.cache c: "), err
+            outcomes["error"] += 1
+            continue
+        assert got == full[: len(got)], (cut, got)  # never an invented or altered entry
+        outcomes["prefix"] += 1
+    assert outcomes["error"] > 0
 
 
 @settings(max_examples=300, deadline=None)

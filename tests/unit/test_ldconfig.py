@@ -2,7 +2,7 @@
 
 A "container" here is a `sleep` in a private mount namespace (optionally with procfs mounts
 under its rootfs, as runc has them at prestart time) and a minimal glibc rootfs in a tmp dir.
-The sandbox's view is checked with a static probe program (tests/unit/ldconfig_probe.c) that
+The sandbox's view is checked with a static probe program (tests/fixtures/ldconfig_probe.c) that
 stands in for ldconfig and reports uid/gid, capabilities, fds, limits, mounts and network.
 """
 
@@ -30,7 +30,7 @@ from nvmount.errors import LdcacheError
 from nvmount.ldcache.ldconfig import LdconfigResult, resolve_ldconfig, run_ldconfig, seal_binary
 from nvmount.ldcache.sandbox import SandboxLimits
 from tests.fixtures.containers import host_mountinfo, open_fd_count
-from tests.unit._privns import sleeper
+from tests.fixtures.privns import sleeper
 
 pytestmark = pytest.mark.root
 
@@ -57,7 +57,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc (packaging/setup.sh installs it)")
     out = tmp_path_factory.mktemp("probe") / "probe"
-    src = Path(__file__).with_name("ldconfig_probe.c")
+    src = Path(__file__).parent.parent / "fixtures" / "ldconfig_probe.c"
     subprocess.run(["gcc", "-static", "-O1", "-o", str(out), str(src)], check=True,
                    capture_output=True)
     return str(out)

@@ -28,7 +28,7 @@ from nvmount.errors import MountError
 from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
 from nvmount.plan.types import RO_DEV, RO_LIB, RO_PROC, RW_IPC, MountFlag, SourceKind
-from tests.unit._privns import in_private_ns, sleeper
+from tests.fixtures.privns import in_private_ns, sleeper
 from tests.unit.test_rootfs import listing
 
 pytestmark = pytest.mark.root

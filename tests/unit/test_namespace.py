@@ -10,7 +10,7 @@ import pytest
 from nvmount._libc import Libc
 from nvmount.apply.namespace import entered, same_namespace, thread_count
 from nvmount.errors import ContainerError
-from tests.unit._privns import in_private_ns, sleeper
+from tests.fixtures.privns import in_private_ns, sleeper
 
 pytestmark = pytest.mark.root
 

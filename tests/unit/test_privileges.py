@@ -11,7 +11,7 @@ import pytest
 from nvmount import privileges
 from nvmount._libc import CLONE_NEWNS, Libc
 from nvmount.privileges import STAGE_CAPS, Cap, Stage, caps_for
-from tests.unit._privns import in_private_ns, sleeper
+from tests.fixtures.privns import in_private_ns, sleeper
 
 pytestmark = pytest.mark.root
 

@@ -18,7 +18,7 @@ from nvmount._libc import Libc
 from nvmount.errors import PathError
 from nvmount.fs.rootfs import Created, EntryKind, Root, split_path
 from nvmount.plan.types import SourceKind
-from tests.unit._privns import in_private_ns
+from tests.fixtures.privns import in_private_ns
 
 pytestmark = pytest.mark.root
 

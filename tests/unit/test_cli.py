@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 SAMPLE_BUNDLE = REPO / "tests" / "data" / "sample-bundle"
 _SCRIPT = Path(sys.executable).parent / "nvhook"
 NVHOOK = [str(_SCRIPT)] if os.access(_SCRIPT, os.X_OK) else [sys.executable, "-m", "nvhook"]
@@ -364,7 +364,8 @@ def test_missing_command_module_is_a_clear_error(hook: Hook, tmp_path: Path) -> 
     """A command whose module is absent fails with one line, not a traceback."""
     stub = tmp_path / "stub"
     (stub / "nvhook").mkdir(parents=True)
-    for name in ("__init__.py", "cli.py", "errors.py"):
+    for name in ("__init__.py", "cli.py", "errors.py", "commands.py", "flags.py", "isolation.py",
+                 "logs.py"):
         (stub / "nvhook" / name).write_text((REPO / "nvhook" / name).read_text())
     code = "import sys; from nvhook.cli import main; sys.exit(main(['list']))"
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path[:0] = "
@@ -401,7 +402,7 @@ def test_readme_lists_every_deviation() -> None:
 
 
 def test_control_characters_in_errors_are_escaped() -> None:
-    from nvhook.cli import _one_line
+    from nvhook.logs import one_line as _one_line
 
     assert _one_line("bad\nvalue\r\x1b[31m\x07 é") == "bad\\nvalue\\r\\x1b[31m\\x07 é"
     assert _one_line("plain text") == "plain text"

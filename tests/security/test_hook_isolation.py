@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 _SCRIPT = Path(sys.executable).parent / "nvhook"
 NVHOOK = [str(_SCRIPT)] if os.access(_SCRIPT, os.X_OK) else [sys.executable, "-m", "nvhook"]
 SHADOWED = ("json", "ctypes", "logging", "dataclasses", "enum", "typing", "tomllib", "re",

@@ -1,0 +1,191 @@
+"""The house rules of the code base, checked by reading the sources (ast), not by running them.
+
+- no import circle among nvhook/nvmount modules (every import counts: module level, inside
+  functions, under TYPE_CHECKING);
+- the engine (nvmount) never imports the hook or its tools (nvhook), and the engine and the
+  hook's path never import the simulator or the demo;
+- ctypes only in nvmount._libc, nvmount._bpf and nvmount.discover._nvml;
+- no product module over 400 lines;
+- every test has an assertion of its own (assert, pytest.raises, or a helper that asserts).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+PACKAGES = ("nvhook", "nvmount")
+CTYPES_MODULES = {"nvmount._libc", "nvmount._bpf", "nvmount.discover._nvml"}
+TOOLS = ("nvhook.sim", "nvhook.demo")
+# the prestart command and what it imports (cli and commands reach every command lazily, each
+# through its own loader function in nvhook.commands)
+HOOK_PATH = ("nvhook.flags", "nvhook.isolation", "nvhook.logs", "nvhook.prestart",
+             "nvhook.config", "nvhook.oci", "nvhook.request", "nvhook.device_lists",
+             "nvhook.semver", "nvhook.engine", "nvhook.errors")
+ASSERTING_HELPERS = ("assert", "check", "expect", "survive", "scenario", "verify", "_assert",
+                     "_check", "_expect")
+
+
+def product_modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join(parts)] = path
+    return mods
+
+
+def imported(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """The product modules `name` imports. `from pkg import sub` counts as importing the
+    submodule `pkg.sub`; `from pkg import name` as importing `pkg`."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*stem, base] if base else stem)
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+            targets = subs if len(subs) == len(node.names) else [base, *subs]
+        for target in targets:
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = product_modules()
+    return {name: imported(name, path, mods) for name, path in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(root: str) -> None:
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_cycle_finder_finds_a_planted_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_circle() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_engine_never_imports_the_hook_or_its_tools() -> None:
+    graph = import_graph()
+    bad = {f"{m} -> {t}" for m, ts in graph.items() if m.startswith("nvmount")
+           for t in ts if t.startswith("nvhook")}
+    assert not bad
+
+
+@pytest.mark.parametrize("start", HOOK_PATH)
+def test_hook_path_never_reaches_the_simulator_or_demo(start: str) -> None:
+    reached = reachable(import_graph(), start)
+    assert not {m for m in reached if m.startswith(TOOLS)}
+
+
+def test_ctypes_only_in_the_ffi_modules() -> None:
+    users = {name for name, path in product_modules().items()
+             if "ctypes" in imported_stdlib(path)}
+    assert users <= CTYPES_MODULES, users - CTYPES_MODULES
+
+
+def imported_stdlib(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_no_product_module_over_400_lines() -> None:
+    long = {name: n for name, path in product_modules().items()
+            if (n := len(path.read_text().splitlines())) > 400}
+    assert not long
+
+
+def _asserts(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("raises", "fail") or name.startswith(ASSERTING_HELPERS):
+                return True
+    return False
+
+
+def test_every_test_asserts_something() -> None:
+    silent = []
+    for path in (REPO / "tests").rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and node.name.startswith("test_") and not _asserts(node)):
+                silent.append(f"{path.relative_to(REPO)}::{node.name}")
+    assert not silent
