@@ -45,8 +45,9 @@ def docker(client_rig: ClientRig, tools: Path) -> DockerDaemon:
     """dockerd with a `wrapped` runtime (runc wrapper) and a fake hook on its PATH for --gpus."""
     wrapper = client_rig.runc_wrapper(log=tools / "docker-wrapper.log")
     _marker_script(tools / "bin/nvidia-container-runtime-hook", tools / "gpu-hook.log")
-    return client_rig.docker(settings={"runtimes": {"wrapped": {"path": str(wrapper)}}},
-                             extra_path=(tools / "bin",))
+    runtimes = {"wrapped": {"path": str(wrapper)},
+                "crun-wrapped": {"path": str(client_rig.crun_wrapper())}}
+    return client_rig.docker(settings={"runtimes": runtimes}, extra_path=(tools / "bin",))
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +167,17 @@ def test_crun_wrapper_runs_runc_bundle(client_rig: ClientRig, tmp_path: Path,
     assert res.returncode == 0, res.describe()
     assert res.stdout.startswith("hello\n"), res.describe()
     assert f":devices:/{res.container_id}" in res.stdout  # crun used the v1 hierarchies
+
+
+def test_docker_runtime_entry_with_crun_wrapper(docker: DockerDaemon) -> None:
+    proc = docker.run(["sh", "-c", "echo hello; cat /proc/self/cgroup"], runtime="crun-wrapped")
+    assert proc.returncode == 0 and proc.stdout.startswith("hello\n"), describe(proc)
+    assert f":devices:/{docker.cgroup_parent}/" in proc.stdout, proc.stdout
+
+
+def test_ctr_runc_binary_crun_wrapper(containerd: ContainerdDaemon, client_rig: ClientRig) -> None:
+    proc = containerd.run(HELLO, runc_binary=client_rig.crun_wrapper())
+    assert (proc.returncode, proc.stdout) == (0, "hello\n"), describe(proc)
 
 
 def test_podman_rootful_with_crun_wrapper(client_rig: ClientRig, podman_root: Podman) -> None:
