@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The last line: real container clients for tests/e2e/test_clients.py (tests/fixtures/clients.py);
+# netavark is named because setup.sh skips recommends and podman's network stack is virtual.
 APT_PACKAGES=(runc gcc libc6-dev gcc-multilib busybox-static libcap-dev python3-venv python3-dev
-              python3-pip bpftool)
+              python3-pip bpftool
+              docker.io containerd podman netavark crun uidmap)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

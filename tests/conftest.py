@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.sim",
     "tests.fixtures.containers",
+    "tests.fixtures.clients",
 ]
