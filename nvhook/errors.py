@@ -5,7 +5,8 @@
     ├── ConfigError             config.toml: names the key, the value and what is allowed
     ├── StateError              OCI state on stdin
     ├── SpecError               the bundle's config.json: names the file and field
-    └── RequestError            the container's NVIDIA_* environment: names the variable
+    ├── RequestError            the container's NVIDIA_* environment: names the variable
+    └── SimError                building the simulated driver (nvhook.sim)
 
 Errors from the engine (`nvmount.errors.NvmountError`) are printed the same way.
 """
@@ -36,4 +37,8 @@ class SpecError(NvhookError):
 
 
 class RequestError(NvhookError):
+    pass
+
+
+class SimError(NvhookError):
     pass

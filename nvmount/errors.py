@@ -9,8 +9,7 @@
     ├── PathError               a path inside the container root could not be resolved safely
     ├── MountError              a mount step failed (op, source, target, flags)
     ├── LdcacheError            the container's ldcache update
-    ├── CgroupError             the device cgroup update
-    └── SimError                building the simulated driver (nvhook.sim)
+    └── CgroupError             the device cgroup update
 
 Messages follow "<op> <subject>: <cause> (<hint>)": lowercase, no trailing period. An
 `OSError` becomes `<cause>` through `strerror` (the one errno formatter). Effect errors carry
@@ -102,6 +101,3 @@ class LdcacheError(NvmountError):
 class CgroupError(NvmountError):
     pass
 
-
-class SimError(NvmountError):
-    pass

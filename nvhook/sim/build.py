@@ -17,11 +17,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from nvhook.errors import SimError
 from nvhook.sim import catalog, devices, procfs
 from nvhook.sim.artifacts import install_artifacts, obtain_artifacts
 from nvhook.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvhook.sim.topology import build_gpus
-from nvmount.errors import SimError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvmount.errors import SimError
+from nvhook.errors import SimError
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
+from nvhook.errors import SimError
 from nvmount import _libc
-from nvmount.errors import SimError
 
 PROC_DRIVER = "proc/driver"
 

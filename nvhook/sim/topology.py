@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 import uuid
 
+from nvhook.errors import SimError
 from nvhook.sim import catalog
 from nvhook.sim.records import MAX_GPUS, MAX_MIG_DEVICES, SimGpu, SimMigDevice, SimSpec
-from nvmount.errors import SimError
 
 _UUID_NAMESPACE = uuid.UUID("5f1e3a44-6c1b-4c39-9a8e-6e7673696d00")
 _PROFILE_RE = re.compile(r"^([1-7])g\.(\d+)gb$")

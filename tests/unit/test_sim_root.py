@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.errors import SimError
 from nvhook.sim import SimRoot, SimSpec, catalog, create_sim_root
-from nvmount.errors import SimError
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = pytest.mark.root

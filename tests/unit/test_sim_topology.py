@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from nvhook.errors import SimError
 from nvhook.sim import SimSpec, catalog, procfs
 from nvhook.sim.build import cuda_version_int
 from nvhook.sim.topology import (
@@ -15,7 +16,6 @@ from nvhook.sim.topology import (
     parse_mig_spec,
     place_mig,
 )
-from nvmount.errors import SimError
 
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MIG_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
