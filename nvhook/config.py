@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from nvhook.errors import ConfigError
 from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
+from nvmount.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
 CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CliConfig:
     """`[nvidia-container-cli]`: what nvidia-container-cli got; nvmount's engine settings."""
 
@@ -47,7 +47,7 @@ class CliConfig:
     ldconfig: str = "@/sbin/ldconfig"  # normalised (hook-spec 1.16): "@<host path>" or verbatim
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RuntimeConfig:
     """`[nvidia-container-runtime]`."""
 
@@ -62,7 +62,7 @@ class RuntimeConfig:
     modes_legacy_cuda_compat_mode: str = "ldconfig"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RuntimeHookConfig:
     """`[nvidia-container-runtime-hook]`."""
 
@@ -70,14 +70,14 @@ class RuntimeHookConfig:
     skip_mode_detection: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CtkConfig:
     """`[nvidia-ctk]`."""
 
     path: str = "nvidia-ctk"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FeaturesConfig:
     """`[features]`: all off unless explicitly true."""
 
@@ -88,7 +88,7 @@ class FeaturesConfig:
     ignore_imex_channel_requests: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NvhookConfig:
     """`[nvhook]`: nvhook's own settings."""
 
@@ -97,7 +97,7 @@ class NvhookConfig:
     ldconfig_required: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HookConfig:
     """The whole configuration; `path` is the file it was loaded from (None: built-in defaults)."""
 

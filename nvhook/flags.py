@@ -4,16 +4,15 @@ options every command receives. Pure (no I/O); used by `nvhook.cli` and the comm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nvhook.errors import UsageError
+from nvmount.records import record
 
 _HELP_FLAGS = frozenset(("h", "help"))
 _GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 _GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GlobalOptions:
     """Global flags handed to every command. `cwd` is the directory the process started in
     (runc: the bundle); hook commands run in "/", so resolve relative user paths against it."""

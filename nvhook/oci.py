@@ -12,9 +12,9 @@ be a regular file (a FIFO planted as `config.json` cannot block the hook).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from nvhook.errors import SpecError, StateError
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ _MAX_PID = 2**31 - 1
 _CHUNK = 65536
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class State:
     """The fields of the OCI state that the hook uses."""
 
@@ -33,7 +33,7 @@ class State:
     bundle: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Spec:
     """The fields of `config.json` that the hook uses (everything else is ignored)."""
 

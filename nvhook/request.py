@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from nvhook import semver
 from nvhook.config import HookConfig, go_trim_space
@@ -24,6 +23,7 @@ from nvhook.device_lists import (
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec, field, json_kind
 from nvmount.capabilities import DriverCapability
+from nvmount.records import record
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 _CAP_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContainerRef:
     """The container the hook was called for: its init pid, bundle and absolute rootfs path."""
 
@@ -58,7 +58,7 @@ class ContainerRef:
         return {"pid": self.pid, "bundle": self.bundle, "rootfs": self.rootfs}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContainerRequest:
     """What a GPU container asked for. `devices == ()` means `none`: driver files, no GPUs;
     `("all",)` means every GPU; otherwise ids, UUIDs, MIG ids or names, verbatim."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 from contextlib import ExitStack
-from dataclasses import dataclass
 
 from nvmount.errors import LdcacheError, NvmountError
 from nvmount.faults import Faults
 from nvmount.plan.types import MountPlan
+from nvmount.records import record
 from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Effects:
     """What `Run.execute` did: mounts, device cgroup, ldconfig and warnings."""
 

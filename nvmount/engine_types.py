@@ -5,10 +5,9 @@ its request and config.toml, `nvhook.engine`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from nvmount.capabilities import UNGATED, DriverCapability
 from nvmount.plan.types import CompatMode
+from nvmount.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
     from nvmount.plan.types import MountPlan
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineRequest:
     """What the container asks for (the hook's `ContainerRequest`, in engine terms)."""
 
@@ -30,7 +29,7 @@ class EngineRequest:
     imex_channels: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineOptions:
     """Host-side settings (from config.toml, see `nvhook.engine.engine_options`)."""
 
@@ -51,7 +50,7 @@ class EngineOptions:
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineResult:
     """What `configure_container` did: the plan, the inventory and the effects."""
 
@@ -66,7 +65,7 @@ class EngineResult:
 
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Effects:
     """What the effectful half did (`nvmount.engine_run.Run.execute`)."""
 

@@ -17,10 +17,10 @@ import subprocess
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvhook.errors import NvhookError
+from nvmount.records import field, mutable_record, record
 
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -35,7 +35,7 @@ CGROUP2_WRAP = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HookEntry:
     """One `hooks.prestart` element."""
 
@@ -51,7 +51,7 @@ class HookEntry:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RuncResult:
     """What one `runc run` (or create/start) printed and returned."""
 
@@ -67,7 +67,7 @@ class RuncResult:
                 f"--- stdout:\n{self.stdout}--- stderr:\n{self.stderr}")
 
 
-@dataclass(slots=True)
+@mutable_record
 class Runc:
     """A `runc` binary plus the argv prefix that runs it (e.g. CGROUP2_WRAP)."""
 

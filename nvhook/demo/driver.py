@@ -10,18 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from nvhook.demo.bundle import HookEntry
 from nvhook.errors import NvhookError
+from nvmount.records import record
 
 HOOK_NAME = "nvidia-container-runtime-hook"
 REAL_DRIVER_NODE = "/dev/nvidiactl"
 NVML_SONAME = "libnvidia-ml.so.1"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DriverSetup:
     """A driver for containers: `config` is passed to the hook (None: the default config)."""
 

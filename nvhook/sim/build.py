@@ -7,7 +7,6 @@ tree, IPC sockets, `config.toml` for nvhook and `nvsim.json` describing the resu
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from nvhook.sim import catalog, devices, procfs
 from nvhook.sim.artifacts import install_artifacts, obtain_artifacts
 from nvhook.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvhook.sim.topology import build_gpus
+from nvmount.records import asdict
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def _write_config(sim: SimRoot) -> None:
 
 def sim_to_json(sim: SimRoot) -> dict[str, object]:
     """The nvsim.json document: the whole SimRoot plus derived, comparable values."""
-    data = dataclasses.asdict(sim)
+    data = asdict(sim)
     data["driver_version"] = sim.driver_version
     data["cuda_version"] = sim.cuda_version
     data["gpus"] = [_gpu_json(g) for g in sim.gpus]
@@ -174,6 +174,6 @@ def sim_to_json(sim: SimRoot) -> dict[str, object]:
 
 
 def _gpu_json(gpu: SimGpu) -> dict[str, object]:
-    data = dataclasses.asdict(gpu)
+    data = asdict(gpu)
     data["nvml_bus_id"] = gpu.nvml_bus_id
     return data

@@ -7,12 +7,12 @@ NVIDIA's internal libraries have). `libdxcore.so` is left out: it only exists on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from nvmount.records import record
 
 V = "V"  # placeholder for the driver version in SONAMEs
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LibrarySpec:
     name: str  # libnvidia-container's list name, "libcuda.so"
     soname_suffix: str  # "1" -> libcuda.so.1; V -> libcuda.so.<version>
@@ -99,7 +99,7 @@ FABRICMANAGER_SOCKET = "/run/nvidia-fabricmanager/socket"
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelSpec:
     brand: str
     brand_code: int  # nvmlBrandType_t

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from nvhook.errors import SimError
+from nvmount.records import record
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ SOURCE_DIR = Path(__file__).resolve().parent
 CFLAGS = ("-O0", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-function")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Toolchain:
     gcc: str
     driver_version: str

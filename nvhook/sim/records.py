@@ -6,7 +6,7 @@ absolute form, e.g. "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from nvmount.records import record
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
 DEFAULT_CUDA_VERSION = "12.4"
@@ -21,7 +21,7 @@ CAPS_MAJOR = 507
 IMEX_MAJOR = 508
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimSpec:
     """What to simulate. `mig` maps GPU indices to the MIG profiles created on them."""
 
@@ -36,7 +36,7 @@ class SimSpec:
     imex_channels: int = 1  # /dev/nvidia-caps-imex-channels/channel0..N-1
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimMigDevice:
     index: int  # NVML enumeration index under its parent
     uuid: str  # "MIG-..."
@@ -49,7 +49,7 @@ class SimMigDevice:
     ci_minor: int  # nvidia-caps minor of gpu<minor>/gi<gi>/ci<ci>/access
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimGpu:
     index: int  # NVML index (order of PCI bus ids)
     minor: int  # /dev/nvidia<minor>
@@ -73,7 +73,7 @@ class SimGpu:
         return self.bus_id.upper()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimFile:
     """A driver file of the simulated root (library, binary, firmware, IPC socket)."""
 
@@ -85,7 +85,7 @@ class SimFile:
     soname: str = ""  # libraries: DT_SONAME
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimDeviceNode:
     path: str  # absolute host path
     path_rel: str  # "/dev/nvidia0"
@@ -93,7 +93,7 @@ class SimDeviceNode:
     minor: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimRoot:
     """A simulated driver root as built by `create_sim_root`."""
 
@@ -112,7 +112,7 @@ class SimRoot:
     config_path: str  # <root>/config.toml (for `nvhook --config`)
     proc_root: str  # <root>/proc
     ldcache_path: str  # <root>/etc/ld.so.cache
-    majors: tuple[tuple[str, int], ...] = field(default=())  # /proc/devices entries
+    majors: tuple[tuple[str, int], ...] = ()  # /proc/devices entries
 
     @property
     def driver_version(self) -> str:

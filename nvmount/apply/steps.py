@@ -28,12 +28,12 @@ import logging
 import os
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from nvmount.apply import mounts
 from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
 from nvmount.faults import Faults
 from nvmount.plan.types import Bind, MountFlag, MountPlan, Symlink, Tmpfs, WriteFile
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ Sources = dict[Bind, int]  # planned bind -> detached clone (tree fd)
 _KEEP_CLASS = (PathError, ContainerError)  # keep their class; others become MountError
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ApplyResult:
     """Counts of what `apply_plan` changed in the container."""
 

@@ -34,10 +34,10 @@ import os
 import struct
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from nvmount.cgroup.common import NoChange, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
+from nvmount.records import mutable_record, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ _MAX_REG = 10  # r10 = frame pointer; r11 is the kernel-internal AX
 _INSN = struct.Struct("=BBhi")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Insn:
     """One eBPF instruction (struct bpf_insn)."""
 
@@ -179,7 +179,7 @@ def unreloadable_reason(insns: Sequence[Insn]) -> str | None:
 
 
 # -- effects ------------------------------------------------------------------------------
-@dataclass(slots=True)
+@mutable_record
 class _Swap:
     """One device program replaced in a cgroup: ours, the old one, whether swapped."""
 

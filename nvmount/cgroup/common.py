@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from nvmount.errors import CgroupError
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ MAX_MINOR = (1 << 20) - 1
 ACCESS_ORDER = "rwm"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CgroupTarget:
     """The container's device cgroup: its hierarchy version and host directory."""
 

@@ -20,15 +20,15 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from nvmount.cgroup.common import CgroupTarget
 from nvmount.errors import CgroupError
+from nvmount.records import record
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CgroupLine:
     """One line of /proc/<pid>/cgroup: `hierarchy-id:controllers:path`."""
 
@@ -37,7 +37,7 @@ class CgroupLine:
     path: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MountEntry:
     """The fields of one mountinfo line that cgroup detection needs (paths unescaped)."""
 
@@ -48,7 +48,7 @@ class MountEntry:
     super_options: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CgroupCandidate:
     """A cgroup directory that may hold the container's device rules."""
 

@@ -9,15 +9,14 @@ allow-all mode (`a *:* rwm`) is left alone. (libnvc-spec §4.3 writes every rule
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from nvmount.cgroup.common import ACCESS_ORDER, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
+from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ListEntry:
     """One line of a v1 `devices.list`: `c 195:0 rw`, `a *:* rwm` (None = `*`)."""
 
@@ -126,7 +125,7 @@ def allow_devices_v1(path: str, rules: tuple[DeviceRule, ...], libc: Libc) -> Cg
                      dir_fd=change._dir_fd)
         with open(fd, "rb") as f:
             listed = parse_devices_list(os.fsdecode(f.read()))
-        todo = [dataclasses.replace(r, access=missing_access(listed, r)) for r in rules]
+        todo = [replace(r, access=missing_access(listed, r)) for r in rules]
         _write_rules(change._dir_fd, "devices.allow", [r for r in todo if r.access], libc,
                      change.added)
     except (OSError, ValueError) as err:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nvmount.cgroup.common import CgroupTarget
+from nvmount.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContainerLayout:
     """Where files land in this rootfs (libnvc-spec §2.2), detected from the rootfs."""
 
@@ -17,7 +16,7 @@ class ContainerLayout:
     cuda_compat_libs: tuple[str, ...] = ()  # container paths of /usr/local/cuda/compat/lib*.so.*
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Container:
     """The container as the engine found it from its pid."""
 

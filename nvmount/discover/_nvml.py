@@ -17,9 +17,9 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from nvmount.errors import DriverError, NvmlError
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {  # name -> argtypes; every restype is
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NvmlMig:
     """A MIG device as NVML reports it."""
 
@@ -105,7 +105,7 @@ class NvmlMig:
     profile: str = ""  # "1g.10gb", from the MIG device's name ("" when unknown)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NvmlDevice:
     """A GPU as NVML reports it."""
 

@@ -12,12 +12,12 @@ import os
 import re
 import stat
 from collections.abc import Collection
-from dataclasses import dataclass
 
 from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DeviceNode, Gpu, MigDevice
 from nvmount.errors import DriverError, strerror
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def read_mig_minors(proc_root: str, gpu_minors: Collection[int] | None = None) -
     return tuple((name, int(minor)) for name, minor in pattern.findall(text))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeOptions:
     """Which optional control nodes to leave out (libnvc's no-uvm, no-modeset)."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 
 from nvmount.capabilities import DriverCapability
 from nvmount.discover import devices as dev
@@ -25,6 +24,7 @@ from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DriverInventory, FileKind
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
 from nvmount.errors import DriverError, strerror
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ NVML_SONAME = "libnvidia-ml.so.1"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DiscoveryOptions:
     """libnvc's driver options (§1.1) plus what it reads from its environment."""
 

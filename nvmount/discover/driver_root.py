@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 
 from nvmount.errors import DriverError, strerror
+from nvmount.records import record
 
 MAX_LINKS = 40
 _NOT_A_LINK = ""  # memo value: the component exists and is not a symlink
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Resolved:
     """A path resolved inside the driver root, and whether it exists."""
 

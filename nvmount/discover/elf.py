@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from nvmount.records import record
 
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS32, ELFCLASS64 = 1, 2
@@ -33,7 +34,7 @@ class ElfFormatError(ValueError):
     """The file is not an ELF object we can read (message names the reason)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ElfInfo:
     """What discovery needs from an ELF file's headers."""
 
@@ -44,7 +45,7 @@ class ElfInfo:
     abi_tag: tuple[int, int, int, int] | None = None  # (os, major, minor, patch)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Layout:
     """Byte order, class and header structs of one ELF file."""
 

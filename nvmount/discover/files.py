@@ -12,7 +12,6 @@ import fnmatch
 import logging
 import os
 import posixpath
-from dataclasses import dataclass, field
 
 from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver_root import DriverRoot
@@ -20,6 +19,7 @@ from nvmount.discover.elf import ElfFormatError, ElfInfo, read_elf
 from nvmount.discover.inventory import DriverFile, FileKind
 from nvmount.discover.ldcache import LdcacheEntry
 from nvmount.errors import DriverError, strerror
+from nvmount.records import field, mutable_record
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def gate_of(basename: str, gates: tuple[tuple[tuple[str, ...], Cap], ...]) -> Ca
     return gate
 
 
-@dataclass(slots=True)
+@mutable_record
 class _Selector:
     """libnvc's `select_libraries` (§1.3 step 6), remembering what it read per file."""
 

@@ -10,9 +10,9 @@ for binaries, firmware, IPC and device nodes. Libraries land in the container's 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 
 from nvmount.capabilities import UNGATED, DriverCapability
+from nvmount.records import record
 
 
 class FileKind(enum.Enum):
@@ -23,7 +23,7 @@ class FileKind(enum.Enum):
     IPC = "ipc"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DriverFile:
     """A driver file the engine may bind-mount into a container."""
 
@@ -34,7 +34,7 @@ class DriverFile:
     soname: str = ""  # libraries: DT_SONAME ("libcuda.so.1"), "" when unknown
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeviceNode:
     """A character device node on the host (under the driver root)."""
 
@@ -45,7 +45,7 @@ class DeviceNode:
     capabilities: DriverCapability = UNGATED  # any request gets it
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MigDevice:
     """A MIG device of a GPU, with its access files and capability nodes."""
 
@@ -61,7 +61,7 @@ class MigDevice:
     gpu_index: int = -1  # NVML index of the parent GPU
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Gpu:
     """A GPU as NVML and the driver root describe it."""
 
@@ -79,7 +79,7 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DriverInventory:
     """Everything the engine may expose, for every GPU and every capability."""
 
@@ -101,4 +101,4 @@ class DriverInventory:
     # mig-minors lines: (proc-relative cap name e.g. "gpu0/gi1/access", minor)
     mig_minors: tuple[tuple[str, int], ...] = ()
     imex_channels: tuple[DeviceNode, ...] = ()  # channel nodes present on the host
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from dataclasses import dataclass
 
 from nvmount.errors import DriverError
+from nvmount.records import record
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache"
@@ -52,7 +52,7 @@ _NEW_ENTRY = struct.Struct("=iIIIQ")  # flags, key, value, osversion, hwcap
 _ENDIAN_LITTLE, _ENDIAN_BIG = 2, 3
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LdcacheEntry:
     """One ld.so.cache entry: a name, its path and its type and ABI flags."""
 

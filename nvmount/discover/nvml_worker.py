@@ -20,9 +20,9 @@ import os
 import select
 import signal
 import time
-from dataclasses import asdict
 
 from nvmount.errors import DriverError, NvmlError
+from nvmount.records import asdict
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

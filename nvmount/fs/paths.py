@@ -10,9 +10,9 @@ import enum
 import errno
 import os
 import stat
-from dataclasses import dataclass
 
 from nvmount.errors import PathError, strerror
+from nvmount.records import record
 
 MAX_SYMLINKS = 40  # the kernel's limit, also for our hand-made walk
 PATH_MAX = 4096
@@ -36,7 +36,7 @@ class EntryKind(enum.Enum):
     SYMLINK = "symlink"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Created:
     """One filesystem entry we created inside the rootfs (for rollback)."""
 

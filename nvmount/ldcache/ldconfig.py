@@ -32,12 +32,12 @@ import stat
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from nvmount._libc import Libc
 from nvmount.errors import LdcacheError
 from nvmount.ldcache.sandbox import SandboxLimits, SandboxSpec, run_sandbox
 from nvmount.ldcache.seccomp import denylist_program
+from nvmount.records import mutable_record, record, replace
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ _SIGNAL_HINTS: dict[int, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LdconfigResult:
     """What happened to one ldconfig run.
 
@@ -242,7 +242,7 @@ def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> _Supervised:
             os.close(fd)
 
 
-@dataclass(slots=True)
+@mutable_record
 class _Supervised:
     """What the supervisor saw of the sandbox: exit, timeout, output, status."""
 

@@ -39,13 +39,13 @@ import os
 import resource
 import signal
 import stat
-from dataclasses import dataclass
 
 from nvmount import _bpf as B
 from nvmount import _libc as L
 from nvmount import privileges
 from nvmount._libc import Libc
 from nvmount.errors import strerror
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ _SPECIAL = {stat.S_IFIFO: "a fifo", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a 
             stat.S_IFBLK: "a device"}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SandboxLimits:
     """Resource limits of the ldconfig process."""
 
@@ -67,7 +67,7 @@ class SandboxLimits:
     file_size: int = 128 << 20  # NVIDIA's 1 MiB kills ldconfig on big caches (SIGXFSZ)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SandboxSpec:
     """Everything the sandbox child needs, fixed before the fork."""
 

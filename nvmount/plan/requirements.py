@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 
 from nvmount.errors import RequirementError
+from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ _VERSION = re.compile(r"[0-9.]*")
 _CUDA_HINT = "please update your driver to a newer version, or use an earlier cuda container"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Atom:
     """One condition of a requirement, such as `cuda>=12.4`."""
 
@@ -39,7 +39,7 @@ class Atom:
     text: str  # the atom as written
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Requirement:
     """A parsed NVIDIA_REQUIRE_* expression."""
 
@@ -47,7 +47,7 @@ class Requirement:
     terms: tuple[tuple[Atom, ...], ...]  # OR of ANDs; () always holds
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Facts:
     """What a requirement is checked against; "" means unknown (and any condition on it holds)."""
 

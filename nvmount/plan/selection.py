@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from nvmount.discover.inventory import Gpu, MigDevice
 from nvmount.errors import SelectionError
+from nvmount.records import record
 
 _PCI = re.compile(r"\s*(?:0[xX])?([0-9a-fA-F]+):\s*([0-9a-fA-F]{1,2}):\s*([0-9a-fA-F]{1,2})")
 _INDEX = re.compile(r"[0-9]+")
@@ -21,7 +21,7 @@ _GPU_MIG = re.compile(r"\s*\+?([0-9]+):\s*\+?([0-9]+)")
 _HINT = "list the GPUs and MIG devices with 'nvhook info'"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Selection:
     """The GPUs and MIG devices a request selects, and its MIG access."""
 

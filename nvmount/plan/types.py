@@ -8,9 +8,9 @@ sources are host paths, opened on the host side before entering the container.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from nvmount.capabilities import UNGATED, DriverCapability
+from nvmount.records import record
 
 
 class MountFlag(enum.Flag):
@@ -42,7 +42,7 @@ class SourceKind(enum.Enum):
     SOCKET = "socket"  # IPC socket
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Tmpfs:
     """Mount a fresh tmpfs at `target` (procfs view, application profiles)."""
 
@@ -52,7 +52,7 @@ class Tmpfs:
     what: str  # short label for logs and errors: "procfs view"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WriteFile:
     """Create `target` with `data`; only inside a tmpfs this plan mounted."""
 
@@ -62,7 +62,7 @@ class WriteFile:
     what: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Bind:
     """Bind-mount host `source` at container `target` with `flags`."""
 
@@ -75,7 +75,7 @@ class Bind:
     gate: DriverCapability = UNGATED  # capabilities that brought it in (UNGATED = any)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Symlink:
     """Create the symlink `target` -> `link` in the container (kept if an entry exists)."""
 
@@ -84,7 +84,7 @@ class Symlink:
     what: str  # "soname link", "dev link"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeviceRule:
     """Allow `c major:minor rw` in the container's device cgroup."""
 
@@ -97,7 +97,7 @@ class DeviceRule:
 PlanEntry = Tmpfs | WriteFile | Bind | Symlink
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MountPlan:
     """A container's ordered entries, device rules and ldconfig dirs, and their origin."""
 
@@ -128,7 +128,7 @@ class CompatMode(enum.Enum):
     DISABLED = "disabled"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProcFile:
     """A host /proc/driver/nvidia file copied into the procfs view (read before planning)."""
 
@@ -137,7 +137,7 @@ class ProcFile:
     mode: int  # permission bits of the host file
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlanOptions:
     """What the request asks beyond devices and capabilities, plus host facts read earlier."""
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
+from nvmount import records
 from nvmount.capabilities import DriverCapability as C
 from nvmount.container.types import ContainerLayout
 from nvmount.discover.inventory import (
@@ -116,7 +115,7 @@ def inventory(ngpus: int = 2, **changes: object) -> DriverInventory:
         proc_driver_dir=f"{ROOT}/proc/driver/nvidia",
         caps_major=237,
     )
-    return dataclasses.replace(inv, **changes)  # type: ignore[arg-type]
+    return records.replace(inv, **changes)  # type: ignore[arg-type]
 
 
 PROC = (ProcFile("params", b"ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n", 0o444),
@@ -264,7 +263,7 @@ def test_special_and_soname_links() -> None:
     ("libcuda.so.1", f"libcuda.so.{VER}"),
 ], ids=["unknown", "same-as-file", "slash", "dotdot", "normal"])
 def test_soname_link_cases(soname: str, link: str | None) -> None:
-    lib = dataclasses.replace(_lib("libcuda", COMPUTE_LIBS), soname=soname)
+    lib = records.replace(_lib("libcuda", COMPUTE_LIBS), soname=soname)
     plan = make_plan(C.COMPUTE, inv=inventory(libraries=(lib,)))
     links = {e.target: e.link for e in plan.entries if isinstance(e, Symlink)}
     assert links.pop(f"{LIB}/libcuda.so") == "libcuda.so.1"
@@ -308,13 +307,13 @@ def test_procfs_view_entries() -> None:
 
 
 def test_procfs_gpu_dir_keeps_the_name_found() -> None:
-    gpu = dataclasses.replace(_gpu(0), proc_dir=f"{ROOT}/proc/driver/nvidia/gpus/0000:07:00.0")
+    gpu = records.replace(_gpu(0), proc_dir=f"{ROOT}/proc/driver/nvidia/gpus/0000:07:00.0")
     plan = make_plan(C.UTILITY, devices="0", inv=inventory(gpus=(gpu,)))
     assert "/proc/driver/nvidia/gpus/0000:07:00.0" in targets(plan, Bind, "procfs gpu")
 
 
 def test_procfs_gpu_dir_missing_is_an_error() -> None:
-    gpu = dataclasses.replace(_gpu(0), proc_dir="")
+    gpu = records.replace(_gpu(0), proc_dir="")
     with pytest.raises(DriverError, match=r"^mount procfs gpu /proc/driver/nvidia/gpus/0000"):
         make_plan(C.UTILITY, devices="0", inv=inventory(gpus=(gpu,)))
     assert make_plan(C.UTILITY, devices="", inv=inventory(gpus=(gpu,))).gpus == ()
@@ -362,7 +361,7 @@ def test_mig_device_selection_adds_parent_and_caps() -> None:
 
 
 def test_mig_without_caps_major_binds_no_cap_nodes() -> None:
-    plan = make_plan(C.UTILITY, devices="0:0", inv=dataclasses.replace(_mig_inventory(),
+    plan = make_plan(C.UTILITY, devices="0:0", inv=records.replace(_mig_inventory(),
                                                                         caps_major=None))
     assert len(targets(plan, Bind, "mig access")) == 2
     assert not targets(plan, Bind, "mig device")
@@ -428,7 +427,7 @@ COMPAT = "/usr/local/cuda/compat"
         "disabled", "video", "no-compute", "no-version"])
 def test_compat_rules(driver: str, libs: tuple[str, ...], mode: CompatMode, caps: C,
                       dirs: tuple[str, ...]) -> None:
-    layout = dataclasses.replace(DEBIAN, cuda_compat_libs=tuple(f"{COMPAT}/{n}" for n in libs))
+    layout = records.replace(DEBIAN, cuda_compat_libs=tuple(f"{COMPAT}/{n}" for n in libs))
     inv = inventory(driver_version=driver)
     assert compat_dirs(inv, caps, layout, PlanOptions(compat_mode=mode)) == dirs
     plan = make_plan(caps, inv=inv, layout=layout, compat_mode=mode)
