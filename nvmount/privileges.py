@@ -16,7 +16,6 @@ debug log. python-prctl is imported lazily, and only its C module `_prctl` (~0.3
 
 from __future__ import annotations
 
-import enum
 import importlib
 import logging
 import os
@@ -24,38 +23,55 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
+from nvmount.choices import Choice, Number, members
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from typing import ClassVar
+
 log = logging.getLogger(__name__)
 
 
-class Cap(enum.IntEnum):
+class Cap(Number):
     """Linux capability numbers (linux/capability.h)."""
 
-    CHOWN = 0
-    DAC_OVERRIDE = 1
-    DAC_READ_SEARCH = 2
-    FOWNER = 3
-    FSETID = 4
-    KILL = 5
-    SETGID = 6
-    SETUID = 7
-    SETPCAP = 8
-    NET_ADMIN = 12
-    SYS_MODULE = 16
-    SYS_CHROOT = 18
-    SYS_PTRACE = 19
-    SYS_ADMIN = 21
-    MKNOD = 27
-    BPF = 39
+    __slots__ = ()
+    CHOWN: ClassVar[Cap]
+    DAC_OVERRIDE: ClassVar[Cap]
+    DAC_READ_SEARCH: ClassVar[Cap]
+    FOWNER: ClassVar[Cap]
+    FSETID: ClassVar[Cap]
+    KILL: ClassVar[Cap]
+    SETGID: ClassVar[Cap]
+    SETUID: ClassVar[Cap]
+    SETPCAP: ClassVar[Cap]
+    NET_ADMIN: ClassVar[Cap]
+    SYS_MODULE: ClassVar[Cap]
+    SYS_CHROOT: ClassVar[Cap]
+    SYS_PTRACE: ClassVar[Cap]
+    SYS_ADMIN: ClassVar[Cap]
+    MKNOD: ClassVar[Cap]
+    BPF: ClassVar[Cap]
 
 
-class Stage(enum.Enum):
-    INIT = "init"  # config, spec, driver discovery (NVML, driver root, /dev, /proc)
-    KMODS = "kmods"  # load-kmods: kernel modules and NVIDIA device nodes on the host
-    CONTAINER = "container"  # the target: /proc/<pid>/ns/mnt, /proc/<pid>/root, cgroup paths
-    MOUNT = "mount"  # setns into the container and apply the mount plan
-    LDCACHE = "ldcache"  # fork the ldconfig sandbox (setns, unshare, pivot, drop, kill)
-    CGROUP = "cgroup"  # v1 devices.allow; v2 device eBPF program query/load/replace
-    SHUTDOWN = "shutdown"  # nothing privileged is left to do
+members(Cap, CHOWN=0, DAC_OVERRIDE=1, DAC_READ_SEARCH=2, FOWNER=3, FSETID=4, KILL=5, SETGID=6,
+        SETUID=7, SETPCAP=8, NET_ADMIN=12, SYS_MODULE=16, SYS_CHROOT=18, SYS_PTRACE=19,
+        SYS_ADMIN=21, MKNOD=27, BPF=39)
+
+
+class Stage(Choice):
+    __slots__ = ()
+    INIT: ClassVar[Stage]  # config, spec, driver discovery (NVML, driver root, /dev, /proc)
+    KMODS: ClassVar[Stage]  # load-kmods: kernel modules and NVIDIA device nodes on the host
+    CONTAINER: ClassVar[Stage]  # the target: /proc/<pid>/ns/mnt, /proc/<pid>/root, cgroup paths
+    MOUNT: ClassVar[Stage]  # setns into the container and apply the mount plan
+    LDCACHE: ClassVar[Stage]  # fork the ldconfig sandbox (setns, unshare, pivot, drop, kill)
+    CGROUP: ClassVar[Stage]  # v1 devices.allow; v2 device eBPF program query/load/replace
+    SHUTDOWN: ClassVar[Stage]  # nothing privileged is left to do
+
+
+members(Stage, INIT="init", KMODS="kmods", CONTAINER="container", MOUNT="mount",
+        LDCACHE="ldcache", CGROUP="cgroup", SHUTDOWN="shutdown")
 
 
 # What each stage needs (libnvc-spec §8 as a guide, trimmed to what this engine does):
@@ -189,7 +205,7 @@ def limit_permitted(caps: Iterable[Cap] | None = None, *, bounding: bool = True)
     p = _prctl()
     if p is None:
         return
-    keep = {int(c) for c in (caps_for(Stage) if caps is None else caps)}
+    keep = {int(c) for c in (caps_for(STAGE_CAPS) if caps is None else caps)}
     if bounding and int(Cap.SETPCAP) in _current(p, p.CAP_PERMITTED):
         p.set_caps([int(Cap.SETPCAP)], [], [], [], [], [])
         _drop_bounding(p, keep)

@@ -9,18 +9,26 @@ for binaries, firmware, IPC and device nodes. Libraries land in the container's 
 
 from __future__ import annotations
 
-import enum
-
 from nvmount.capabilities import UNGATED, DriverCapability
+from nvmount.choices import Choice, members
 from nvmount.records import record
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from typing import ClassVar
 
-class FileKind(enum.Enum):
-    LIBRARY = "library"
-    LIBRARY32 = "library32"
-    BINARY = "binary"
-    FIRMWARE = "firmware"
-    IPC = "ipc"
+
+class FileKind(Choice):
+    __slots__ = ()
+    LIBRARY: ClassVar[FileKind]
+    LIBRARY32: ClassVar[FileKind]
+    BINARY: ClassVar[FileKind]
+    FIRMWARE: ClassVar[FileKind]
+    IPC: ClassVar[FileKind]
+
+
+members(FileKind, LIBRARY="library", LIBRARY32="library32", BINARY="binary",
+        FIRMWARE="firmware", IPC="ipc")
 
 
 @record

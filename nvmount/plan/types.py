@@ -7,27 +7,32 @@ sources are host paths, opened on the host side before entering the container.
 
 from __future__ import annotations
 
-import enum
-
 from nvmount.capabilities import UNGATED, DriverCapability
+from nvmount.choices import Choice, FlagSet, members
 from nvmount.records import record
 
-
-class MountFlag(enum.Flag):
-    NONE = 0
-    RDONLY = enum.auto()
-    NOSUID = enum.auto()
-    NODEV = enum.auto()
-    NOEXEC = enum.auto()
-
-    def names(self) -> str:
-        """Mount-option style: "ro,nosuid,nodev" ("rw" when no flag is set)."""
-        words = [_FLAG_WORDS[m.name] for m in type(self) if m in self and m.name]
-        return ",".join(words) or "rw"
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 _FLAG_WORDS = {"RDONLY": "ro", "NOSUID": "nosuid", "NODEV": "nodev", "NOEXEC": "noexec"}
 
+
+class MountFlag(FlagSet):
+    __slots__ = ()
+    NONE: ClassVar[MountFlag]
+    RDONLY: ClassVar[MountFlag]
+    NOSUID: ClassVar[MountFlag]
+    NODEV: ClassVar[MountFlag]
+    NOEXEC: ClassVar[MountFlag]
+
+    def names(self) -> str:
+        """Mount-option style: "ro,nosuid,nodev" ("rw" when no flag is set)."""
+        return ",".join(_FLAG_WORDS[n] for n in self.member_names()) or "rw"
+
+
+members(MountFlag, NONE=0, RDONLY=1, NOSUID=2, NODEV=4, NOEXEC=8)
 
 RO_LIB = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID
 RO_DEV = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
@@ -35,11 +40,15 @@ RW_IPC = MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
 RO_PROC = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
 
 
-class SourceKind(enum.Enum):
-    FILE = "file"  # regular file (library, binary, firmware, proc file)
-    DIRECTORY = "directory"  # proc gpu dir, MPS pipe dir, capabilities dir
-    DEVICE = "device"  # character device; `rdev` must match
-    SOCKET = "socket"  # IPC socket
+class SourceKind(Choice):
+    __slots__ = ()
+    FILE: ClassVar[SourceKind]  # regular file (library, binary, firmware, proc file)
+    DIRECTORY: ClassVar[SourceKind]  # proc gpu dir, MPS pipe dir, capabilities dir
+    DEVICE: ClassVar[SourceKind]  # character device; `rdev` must match
+    SOCKET: ClassVar[SourceKind]  # IPC socket
+
+
+members(SourceKind, FILE="file", DIRECTORY="directory", DEVICE="device", SOCKET="socket")
 
 
 @record
@@ -120,12 +129,16 @@ class MountPlan:
         return sum(1 for e in self.entries if isinstance(e, kind))
 
 
-class CompatMode(enum.Enum):
+class CompatMode(Choice):
     """`nvidia-container-runtime.modes.legacy.cuda-compat-mode` (libnvc-spec §2.8)."""
 
-    LDCONFIG = "ldconfig"  # compat dir first in ldconfig's dirs when its libcuda is newer
-    MOUNT = "mount"  # treated as LDCONFIG: image files are never mount sources
-    DISABLED = "disabled"
+    __slots__ = ()
+    LDCONFIG: ClassVar[CompatMode]  # compat dir first in ldconfig's dirs when its libcuda is newer
+    MOUNT: ClassVar[CompatMode]  # treated as LDCONFIG: image files are never mount sources
+    DISABLED: ClassVar[CompatMode]
+
+
+members(CompatMode, LDCONFIG="ldconfig", MOUNT="mount", DISABLED="disabled")
 
 
 @record
