@@ -24,7 +24,8 @@ import sys
 from nvhook.commands import COMMANDS, HOOK_COMMANDS
 from nvhook.flags import GlobalOptions, HelpRequested, take_flags
 from nvhook.isolation import REEXEC_XOPTION, enter_root_directory, reexec_without_loader_variables
-from nvhook.logs import configure_logging, one_line
+from nvhook.logs import configure_hook_logging, configure_logging, one_line
+from nvmount.log import get_logger, install, installed
 
 _GLOBAL_FLAGS = {"config": True, "debug": False, "version": False}  # name -> takes a value
 _LEADING_FLAGS = {**_GLOBAL_FLAGS, "dry-run": False}  # -dry-run may precede `prestart`
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     prog = sys.argv[0] if sys.argv and sys.argv[0] else "nvhook"
     debug = False
+    previous = installed()
     try:
         command, rest, opts, show_version = _parse_command_line(args, cwd)
         debug = opts.debug
@@ -79,11 +81,12 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None) -> int:
         if command is None:
             sys.stderr.write(usage_text(prog))
             return 2
-        configure_logging(debug)
+        if command in HOOK_COMMANDS:
+            configure_hook_logging(debug)
+        else:
+            configure_logging(debug)
         if REEXEC_XOPTION in sys._xoptions:
-            import logging
-
-            logging.getLogger(__name__).debug("re-executed without dynamic-loader variables")
+            get_logger(__name__).debug("re-executed without dynamic-loader variables")
         return _dispatch(command, rest, opts)
     except HelpRequested:
         sys.stderr.write(usage_text(prog))
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None) -> int:
         return 130
     except Exception as err:  # the one place that turns errors into exit codes
         return report_error(err, debug=debug, prog=prog)
+    finally:
+        install(previous)  # in-process callers (tests) get their logging back
 
 
 def _parse_command_line(

@@ -5,13 +5,13 @@ the CDI-name test of the mode check. Pure (the unprivileged policy logs NVIDIA's
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 
 from nvhook.config import HookConfig, go_trim_space
 from nvhook.oci import go_clean
+from nvmount.log import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"

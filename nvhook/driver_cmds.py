@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from nvhook.errors import UsageError
+from nvmount.log import get_logger
 
 if TYPE_CHECKING:
     from nvhook.flags import GlobalOptions
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from nvmount.discover.inventory import DriverInventory, Gpu
     from nvmount.plan.selection import Selection
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MAX_IMEX_CHANNEL = 1 << 20
 _LABEL = 15  # libnvc prints "%-15s " labels

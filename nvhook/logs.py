@@ -1,40 +1,61 @@
-"""Logging of the nvhook commands: stderr handler, the debug log file, one-line messages.
+"""Logging of the nvhook commands: where records go, the debug log file, one-line messages.
 
-Off the hook's common path: `logging` is imported only inside these functions.
+Hook commands (prestart, poststart, poststop) use the engine's lean logger
+(`nvmount.log.Sink`: no `logging` import): warnings and errors on stderr (everything with
+`--debug`), every record appended to `nvidia-container-cli.debug` when configured. Other
+commands configure the standard `logging` (imported then) the same way. Either way every
+message is escaped: a string from the image or the spec cannot forge a line.
 """
 
 from __future__ import annotations
 
 import sys
 
+from nvmount.log import DEBUG, WARNING, Sink, escape, get_logger, install, installed
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    pass
+    import logging
+
+_STDERR_ALIASES = frozenset(("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"))
 
 
 def one_line(message: str) -> str:
     """One printable line: newlines and other control characters (terminal escapes from a
     hostile image's env or paths) are shown escaped, never sent to the terminal."""
-    if message.isprintable():
-        return message
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    return escape(message)
+
+
+def configure_hook_logging(debug: bool) -> Sink | None:
+    """Install the lean sink for a hook command; returns the sink it replaced."""
+    return install(Sink(DEBUG if debug else WARNING))
 
 
 def configure_logging(debug: bool) -> None:
-    """stderr: warnings (everything with --debug), message only; no other handlers yet."""
+    """Standard logging for the other commands: stderr, warnings (everything with --debug),
+    the message only (escaped)."""
     import logging
 
+    install(None)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_escaping_formatter("%(message)s"))
     handler.setLevel(logging.DEBUG if debug else logging.WARNING)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
-_STDERR_ALIASES = frozenset(("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"))
+def _escaping_formatter(fmt: str) -> logging.Formatter:
+    import logging
+
+    class EscapingFormatter(logging.Formatter):
+        def formatMessage(self, record: logging.LogRecord) -> str:
+            record.message = escape(record.message)
+            return super().formatMessage(record)
+
+    return EscapingFormatter(fmt)
 
 
 def attach_log_file(path: str) -> None:
@@ -42,6 +63,20 @@ def attach_log_file(path: str) -> None:
 
     A file that cannot be opened is a warning, not a failed container start.
     """
+    sink = installed()
+    if sink is not None:
+        if path in _STDERR_ALIASES:
+            sink.level = DEBUG
+            return
+        failed = sink.open_file(path)
+        if failed is not None:
+            get_logger("nvhook").warning(
+                "open debug log %s: %s (check nvidia-container-cli.debug)", path, failed)
+        return
+    _attach_std_log_file(path)
+
+
+def _attach_std_log_file(path: str) -> None:
     import logging
 
     root = logging.getLogger()
@@ -57,7 +92,6 @@ def attach_log_file(path: str) -> None:
             "open debug log %s: %s (check nvidia-container-cli.debug)", path, err.strerror)
         return
     handler.setFormatter(
-        logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-    )
+        _escaping_formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     root.addHandler(handler)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
+from nvmount.log import DEBUG, get_logger
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.config import HookConfig
@@ -36,9 +38,7 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
 
     values, extra = take_flags(args, _PRESTART_FLAGS, leading=False, strict=True)
     if extra:
-        import logging
-
-        logging.getLogger(__name__).debug("ignoring extra arguments %s", extra)
+        get_logger(__name__).debug("ignoring extra arguments %s", extra)
     return run_prestart(opts, dry_run=bool(values.get("dry-run")))
 
 
@@ -86,18 +86,14 @@ def container_ref(state: State, spec: Spec, cwd: str | None) -> ContainerRef:
 
 
 def _log_not_gpu(state: State) -> None:
-    import logging
-
-    logging.getLogger(__name__).debug(
+    get_logger(__name__).debug(
         "container pid %d bundle %s: not a GPU container", state.pid, state.bundle
     )
 
 
 def _log_request(request: ContainerRequest, ref: ContainerRef) -> None:
-    import logging
-
-    log = logging.getLogger(__name__)
-    if log.isEnabledFor(logging.DEBUG):
+    log = get_logger(__name__)
+    if log.isEnabledFor(DEBUG):
         log.debug("GPU container pid %d rootfs %s: %s", ref.pid, ref.rootfs, request.to_json())
 
 

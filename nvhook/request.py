@@ -8,7 +8,6 @@ returns None for a container that does not want GPUs. The only effect is logging
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 
 from nvhook import semver
@@ -23,9 +22,10 @@ from nvhook.device_lists import (
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec, field, json_kind
 from nvmount.capabilities import DriverCapability
+from nvmount.log import get_logger
 from nvmount.records import record
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 MIG_CONFIG_DEVICES = "NVIDIA_MIG_CONFIG_DEVICES"

@@ -31,13 +31,13 @@ JSON line per container (see `nvmount.timing`).
 
 from __future__ import annotations
 
-import logging
 from contextlib import ExitStack
 
 from nvmount.engine_run import Run
 from nvmount.engine_types import EngineOptions, EngineRequest, EngineResult
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
+from nvmount.log import DEBUG, WARNING, get_logger
 from nvmount.plan.types import MountPlan, PlanOptions
 from nvmount.timing import PhaseTimer
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from nvmount.fs.rootfs import Root
     from nvmount.plan.selection import Selection
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 NVML_NO_DRIVER = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND
 
@@ -112,7 +112,7 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
         no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
     plan = plan_mounts(inventory, selection, request.capabilities, layout, plan_options)
     for warning in plan.warnings:  # discovery's own ("missing library ...") are routine
-        log.log(logging.DEBUG if warning in inventory.warnings else logging.WARNING, "%s",
+        log.log(DEBUG if warning in inventory.warnings else WARNING, "%s",
                 warning)
     return plan
 

@@ -8,11 +8,11 @@ the cgroup changes and re-enters the namespace to roll the mount journal back.
 
 from __future__ import annotations
 
-import logging
 from contextlib import ExitStack
 
 from nvmount.errors import LdcacheError, NvmountError
 from nvmount.faults import Faults
+from nvmount.log import get_logger
 from nvmount.plan.types import MountPlan
 from nvmount.records import record
 from nvmount.timing import PhaseTimer
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from nvmount.fs.procfs import ProcFs
     from nvmount.ldcache.ldconfig import LdconfigResult
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @record

@@ -24,10 +24,11 @@ prefix itself contains a `:`, always give the count (`cgroup allow c 195:0:1`).
 from __future__ import annotations
 
 import errno
-import logging
 from collections.abc import Mapping
 
-log = logging.getLogger(__name__)
+from nvmount.log import get_logger
+
+log = get_logger(__name__)
 
 ENV_FAULT = "NVHOOK_FAULT"
 ENV_ENABLE = "NVHOOK_TEST_FAULTS"

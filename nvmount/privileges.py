@@ -17,19 +17,19 @@ debug log. python-prctl is imported lazily, and only its C module `_prctl` (~0.3
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
 from nvmount.choices import Choice, Number, members
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from typing import ClassVar
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 class Cap(Number):

@@ -10,10 +10,11 @@ journal per namespace (`apply` owns the container side, the engine the host side
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+from nvmount.log import get_logger
+
+log = get_logger(__name__)
 
 
 class Journal:

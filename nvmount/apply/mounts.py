@@ -11,11 +11,11 @@ open until the plan succeeded if you want `detach` for rollback).
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
 
 from nvmount.errors import MountError, strerror
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nvmount.fs.procfs import ProcFs
     from nvmount.plan.types import MountFlag, SourceKind
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MS_SHARED = 1 << 20
 

@@ -7,18 +7,18 @@ resets root and cwd to the namespace's root: the cwd is restored on the way back
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from nvmount.errors import ContainerError, strerror
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def thread_count(task_dir: str = "/proc/self/task") -> int:

@@ -24,7 +24,6 @@ A fault point (`faults(step)`) precedes every effect; the step names are those o
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import posixpath
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from nvmount.apply import mounts
 from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
 from nvmount.faults import Faults
+from nvmount.log import get_logger
 from nvmount.plan.types import Bind, MountFlag, MountPlan, Symlink, Tmpfs, WriteFile
 from nvmount.records import record
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")  # annotations only (they are not evaluated at run time)
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 Sources = dict[Bind, int]  # planned bind -> detached clone (tree fd)
 _KEEP_CLASS = (PathError, ContainerError)  # keep their class; others become MountError

@@ -29,7 +29,6 @@ cgroups (they keep applying; a warning is logged).
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import struct
 import sys
@@ -37,6 +36,7 @@ from collections.abc import Sequence
 
 from nvmount.cgroup.common import NoChange, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
+from nvmount.log import get_logger
 from nvmount.records import mutable_record, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from nvmount.cgroup.common import CgroupChange, CgroupTarget
     from nvmount.plan.types import DeviceRule
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 LICENSE = "Apache-2.0"
 PROG_NAME = "nvhook_devices"

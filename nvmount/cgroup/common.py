@@ -7,11 +7,11 @@ opens a cgroup directory without magic links and checks its filesystem magic. Us
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 
 from nvmount.errors import CgroupError
+from nvmount.log import get_logger
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from nvmount._libc import Libc
     from nvmount.plan.types import DeviceRule
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
 MAX_MINOR = (1 << 20) - 1

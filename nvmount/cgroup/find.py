@@ -16,16 +16,16 @@ Differences from libnvidia-container (libnvc-spec §4):
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Sequence
 
 from nvmount.cgroup.common import CgroupTarget
 from nvmount.errors import CgroupError
+from nvmount.log import get_logger
 from nvmount.records import record
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @record

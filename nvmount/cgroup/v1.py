@@ -10,12 +10,12 @@ allow-all mode (`a *:* rwm`) is left alone. (libnvc-spec §4.3 writes every rule
 from __future__ import annotations
 
 import errno
-import logging
 import os
 from collections.abc import Sequence
 
 from nvmount.cgroup.common import ACCESS_ORDER, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
+from nvmount.log import get_logger
 from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nvmount.cgroup.common import CgroupChange
     from nvmount.plan.types import DeviceRule
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @record

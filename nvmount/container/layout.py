@@ -7,18 +7,18 @@ forward-compat libraries the image ships, through an opened `Root` (fd-based, in
 from __future__ import annotations
 
 import fnmatch
-import logging
 import os
 import stat
 
 from nvmount.container.types import ContainerLayout
 from nvmount.errors import ContainerError, PathError
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount.fs.rootfs import Root
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 _DEBIAN_DIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"),

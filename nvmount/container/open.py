@@ -10,7 +10,6 @@ fds; `record()` gives the plain `Container` record for the planner.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import posixpath
 from collections.abc import Iterator
@@ -20,13 +19,14 @@ from nvmount.cgroup.common import CgroupTarget
 from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, strerror
 from nvmount.fds import FdOwner
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
     from nvmount.fs.rootfs import Root
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 IDENTITY_UID_MAP = ((0, 0, 4294967295),)
 

@@ -13,19 +13,19 @@ given a fake; the real session is `NvmlSession`. Nothing is loaded at import tim
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from nvmount.errors import DriverError, NvmlError
+from nvmount.log import get_logger
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 SUCCESS = 0
 ERROR_NOT_SUPPORTED = 3

@@ -7,7 +7,6 @@ from the driver root (confined through `DriverRoot`). Reads only.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import stat
@@ -17,13 +16,14 @@ from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DeviceNode, Gpu, MigDevice
 from nvmount.errors import DriverError, strerror
+from nvmount.log import get_logger
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount.discover._nvml import NvmlDevice, NvmlMig
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 NV_MAJOR = 195
 CTL_MINOR = 255

@@ -14,7 +14,6 @@ lead discovery outside it. No subprocesses, no threads.
 
 from __future__ import annotations
 
-import logging
 import os
 
 from nvmount.capabilities import DriverCapability
@@ -24,13 +23,14 @@ from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DriverInventory, FileKind
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
 from nvmount.errors import DriverError, strerror
+from nvmount.log import get_logger
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount.discover._nvml import Nvml, NvmlDevice
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 NVML_SONAME = "libnvidia-ml.so.1"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

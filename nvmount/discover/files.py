@@ -9,7 +9,6 @@ libnvc applies at mount time), stored in `DriverFile.capabilities` for the plann
 from __future__ import annotations
 
 import fnmatch
-import logging
 import os
 import posixpath
 
@@ -19,9 +18,10 @@ from nvmount.discover.elf import ElfFormatError, ElfInfo, read_elf
 from nvmount.discover.inventory import DriverFile, FileKind
 from nvmount.discover.ldcache import LdcacheEntry
 from nvmount.errors import DriverError, strerror
+from nvmount.log import get_logger
 from nvmount.records import field, mutable_record
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 UTILITY_LIBS = ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so")
 COMPUTE_LIBS = (

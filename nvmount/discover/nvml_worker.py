@@ -15,20 +15,20 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import json
-import logging
 import os
 import select
 import signal
 import time
 
 from nvmount.errors import DriverError, NvmlError
+from nvmount.log import WARNING, Sink, get_logger, install
 from nvmount.records import asdict
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from typing import Any
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
 _MAX_ANSWER = 16 << 20
@@ -77,20 +77,25 @@ def _child(path: str, wfd: int) -> None:  # pragma: no cover - child process
         os._exit(code)
 
 
-class _Collect(logging.Handler):
+class _Collect(Sink):
     """Keeps the child's warnings so the parent can log them under the same logger."""
 
+    __slots__ = ("records",)
+
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(WARNING)
         self.records: list[list[str]] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append([record.name, record.getMessage()])
+    def threshold(self) -> int:
+        return WARNING
+
+    def emit(self, level: int, name: str, message: str) -> None:
+        self.records.append([name, message])
 
 
 def _run_queries(path: str) -> dict[str, Any]:  # pragma: no cover - child process
     collect = _Collect()
-    logging.root.handlers = [collect]
+    install(collect)
     _unprivileged()
     from nvmount.discover._nvml import open_nvml
 
@@ -160,7 +165,7 @@ def _decode(data: bytes, path: str) -> tuple[str, str, tuple[Any, ...]]:
         raise DriverError(f"query nvml {path}: the NVML helper died without an answer "
                           f"(crashed inside libnvidia-ml?)") from err
     for name, message in answer.get("warnings", ()):
-        logging.getLogger(name).warning("%s", message)
+        get_logger(name).warning("%s", message)
     if "nvml_error" in answer:
         function, code, text = answer["nvml_error"]
         from nvmount.discover._nvml import HINTS

@@ -6,13 +6,13 @@ opened without following symlinks or blocking, checked to be a regular file, and
 
 from __future__ import annotations
 
-import logging
 import os
 
 from nvmount.errors import DriverError, strerror
+from nvmount.log import get_logger
 from nvmount.plan.types import ProcFile
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 PROC_FILE_LIMIT = 1 << 20  # bytes read of one /proc/driver/nvidia file
 

@@ -9,17 +9,17 @@ is an fd, so it keeps working after `setns` into the container's mount namespace
 
 from __future__ import annotations
 
-import logging
 import os
 
 from nvmount.errors import ContainerError, strerror
 from nvmount.fds import FdOwner
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 _PROC_ROOT_INO = 1
 

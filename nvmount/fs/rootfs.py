@@ -20,7 +20,6 @@ change: move_mount needs the target fd on a mount of the caller's namespace.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import posixpath
 import stat
@@ -36,12 +35,13 @@ from nvmount.fs.paths import (
 )
 from nvmount.fs.root import RootDir
 from nvmount.fs.walk import Walker
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount.plan.types import SourceKind
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["Created", "EntryKind", "Root", "show", "split_path"]
 

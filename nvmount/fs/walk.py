@@ -14,7 +14,6 @@ renamed into place with RENAME_NOREPLACE.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import posixpath
 import stat
@@ -30,12 +29,13 @@ from nvmount.fs.paths import (
     split_path,
     type_name,
 )
+from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount.fs.root import RootDir
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 _CLOEXEC = os.O_CLOEXEC
 _PATH = os.O_PATH | os.O_CLOEXEC

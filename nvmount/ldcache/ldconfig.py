@@ -24,7 +24,6 @@ import contextlib
 import errno
 import fcntl
 import importlib
-import logging
 import os
 import select
 import signal
@@ -37,9 +36,10 @@ from nvmount._libc import Libc
 from nvmount.errors import LdcacheError
 from nvmount.ldcache.sandbox import SandboxLimits, SandboxSpec, run_sandbox
 from nvmount.ldcache.seccomp import denylist_program
+from nvmount.log import get_logger
 from nvmount.records import mutable_record, record, replace
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 LDCONFIG_OPTIONS = ("-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache")
 MAX_OUTPUT = 64 * 1024  # bytes of ldconfig output kept; the rest is drained and dropped
