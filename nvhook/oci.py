@@ -115,16 +115,16 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def decode_json(data: bytes) -> Any:
     """Decode exactly one JSON value from `data`; trailing data is ignored (Go's Decoder)."""
-    import json
+    from nvmount.jsonio import decode
 
     text = data.decode("utf-8", "replace")
     start = len(text) - len(text.lstrip(" \t\r\n"))
-    decoder = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_object_pairs)
     try:
-        value, _ = decoder.raw_decode(text, start)
+        value, _ = decode(text, start, parse_constant=_reject_constant,
+                          object_pairs_hook=_object_pairs)
     except RecursionError:
         raise ValueError("nesting too deep") from None
-    except json.JSONDecodeError as err:
+    except ValueError as err:
         raise ValueError(str(err)) from None
     return value
 
