@@ -1,10 +1,8 @@
 """Stage 0 of the hook: `config.toml` (NVIDIA's keys and defaults, hook-spec 2.1, plus `[nvhook]`).
 
-Reads one file (and, for two host-dependent defaults, `/etc/os-release` and whether
-`/sbin/ldconfig.real` exists); everything else is pure. Lookup order (`find_config`):
-`--config` > `NVIDIA_CTK_CONFIG_FILE_PATH` > `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`
-> `/etc/nvidia-container-runtime/config.toml`. A missing explicit file is an error; missing
-default files mean built-in defaults.
+The schema, its defaults and the validation of a parsed document (`config_from_document`);
+finding and reading the file is `nvhook.config_file`. Pure but for two host-dependent
+defaults (`/etc/os-release`, whether `/sbin/ldconfig.real` exists).
 
 Dotted keys and tables are equivalent (TOML itself makes them so), unknown keys are ignored, a
 value of the wrong type is an error naming the key, the value and the expected type.
@@ -13,7 +11,6 @@ value of the wrong type is an error naming the key, the value and the expected t
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from nvhook.errors import ConfigError
 from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
@@ -23,9 +20,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
-CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
-_MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
 CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
@@ -170,64 +164,6 @@ _GROUPS: dict[str, type[Any]] = {
     "features": FeaturesConfig,
     "nvhook": NvhookConfig,
 }
-
-
-def find_config(
-    explicit_path: str | None, environ: Mapping[str, str], cwd: str | None = None
-) -> tuple[str | None, str]:
-    """(path to load or None for built-in defaults, what named it: "--config",
-    "NVIDIA_CTK_CONFIG_FILE_PATH", or "" for the default search, whose files are optional).
-    Relative explicit paths are taken relative to `cwd` (the hook's original directory)."""
-    named = ((explicit_path, "--config"), (environ.get(CONFIG_PATH_ENV), CONFIG_PATH_ENV))
-    for path, origin in named:
-        if path:
-            return (os.path.join(cwd, path) if cwd else path), origin
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    candidates = [os.path.join(xdg, "nvidia-container-runtime", "config.toml")] if xdg else []
-    candidates.append(DEFAULT_CONFIG_PATH)
-    for candidate in candidates:
-        if os.path.exists(candidate):
-            return candidate, ""
-    return None, ""
-
-
-def load_config(
-    explicit_path: str | None, environ: Mapping[str, str], *, cwd: str | None = None
-) -> HookConfig:
-    """The hook's configuration: from the file `find_config` names, else built-in defaults."""
-    path, origin = find_config(explicit_path, environ, cwd)
-    document = _read_toml(path, origin) if path is not None else None
-    if document is None:
-        return config_from_document({}, None)
-    return config_from_document(document, path)
-
-
-def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
-    """The parsed file; None when an optional (default) file vanished after the lookup."""
-    try:
-        with open(path, "rb") as stream:
-            data = stream.read(_MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError as err:
-        if not origin:
-            return None
-        raise ConfigError(
-            f"couldn't open required configuration file {path}: file does not exist "
-            f"(named by {origin}; create it or name an existing file)"
-        ) from err
-    except OSError as err:
-        raise ConfigError(f"couldn't open configuration file {path}: {err.strerror}") from err
-    if len(data) > _MAX_CONFIG_BYTES:
-        raise ConfigError(f"couldn't load configuration file {path}: larger than 4 MiB")
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(
-            f"couldn't parse configuration file {path}: {err} (fix the TOML syntax)"
-        ) from err
 
 
 def _type_name(value: Any) -> str:

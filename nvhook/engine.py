@@ -33,10 +33,10 @@ the fault-injection variables are read (default `os.environ`; see `nvmount.fault
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from nvhook.config import HookConfig
     from nvhook.request import ContainerRef, ContainerRequest
     from nvmount.engine_types import EngineOptions, EngineRequest

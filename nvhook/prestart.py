@@ -44,7 +44,7 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
 
 def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> int:
     """The prestart pipeline; in dry-run, print the decision (and the engine's plan)."""
-    from nvhook.config import load_config
+    from nvhook.config_file import load_config
     from nvhook.oci import load_spec, load_state
     from nvhook.request import derive_request
     from nvmount.timing import PhaseTimer
@@ -122,6 +122,6 @@ def _print_decision(
 
 def config_for(opts: GlobalOptions) -> HookConfig:
     """The configuration the hook would use with these options (for other commands)."""
-    from nvhook.config import load_config
+    from nvhook.config_file import load_config
 
     return load_config(opts.config_path, os.environ, cwd=opts.cwd)

@@ -11,7 +11,10 @@ import ctypes
 import errno as _errno
 import os
 import struct
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Syscall numbers that glibc 2.36 does not wrap. The new-mount-API numbers are the same on
 # every architecture (generic table); the old ones differ.

@@ -8,24 +8,24 @@ the cgroup changes and re-enters the namespace to roll the mount journal back.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
 from nvmount.errors import LdcacheError, NvmountError
-from nvmount.faults import Faults
 from nvmount.log import get_logger
-from nvmount.plan.types import MountPlan
 from nvmount.records import record
-from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from contextlib import ExitStack
+
     from nvmount._libc import Libc
     from nvmount.apply.steps import ApplyResult
     from nvmount.cgroup.common import CgroupChange
     from nvmount.container.open import ContainerHandle
     from nvmount.engine_types import EngineOptions
+    from nvmount.faults import Faults
     from nvmount.fs.procfs import ProcFs
     from nvmount.ldcache.ldconfig import LdconfigResult
+    from nvmount.plan.types import MountPlan
+    from nvmount.timing import PhaseTimer
 
 log = get_logger(__name__)
 

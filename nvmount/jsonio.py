@@ -55,7 +55,7 @@ def decode(text: str, start: int = 0, *,
 
         raise json.JSONDecodeError("Expecting value", text, stop.value) from None
     except SystemError:  # the scanner builds its errors only when json.decoder is loaded
-        import json.decoder  # noqa: F401
+        import json.decoder
 
         return decode(text, start, object_pairs_hook=object_pairs_hook,
                       parse_constant=parse_constant)

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from types import ModuleType
 
 from nvmount.choices import Choice, Number, members
 from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from types import ModuleType
     from typing import ClassVar
 
 log = get_logger(__name__)

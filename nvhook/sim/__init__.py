@@ -12,8 +12,6 @@ Stage: tooling, off the hook's path (except `prestart`, a small hook step of its
 
 from __future__ import annotations
 
-import os
-
 from nvhook.sim.records import (
     SimDeviceNode,
     SimFile,
@@ -22,6 +20,10 @@ from nvhook.sim.records import (
     SimRoot,
     SimSpec,
 )
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    import os
 
 __all__ = [
     "SimDeviceNode",

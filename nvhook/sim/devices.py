@@ -13,7 +13,6 @@ import logging
 import os
 import socket
 import stat
-from pathlib import Path
 
 from nvhook.sim import catalog
 from nvhook.sim.records import (
@@ -26,6 +25,10 @@ from nvhook.sim.records import (
     SimGpu,
     SimSpec,
 )
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from pathlib import Path
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,6 @@ simulation-only: it carries what the fake NVML needs and the real file lacks.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nvhook.sim import catalog
 from nvhook.sim.records import (
     CAPS_MAJOR,
@@ -19,6 +17,10 @@ from nvhook.sim.records import (
     SimSpec,
 )
 from nvhook.sim.topology import caps_ci_minor, caps_gi_minor
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from pathlib import Path
 
 BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
 CAPS_MODE_CONFIG = 256  # 0400

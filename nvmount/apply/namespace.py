@@ -8,7 +8,6 @@ resets root and cwd to the namespace's root: the cwd is restored on the way back
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
 
 from nvmount.errors import ContainerError, strerror
@@ -16,6 +15,8 @@ from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from nvmount._libc import Libc
 
 log = get_logger(__name__)

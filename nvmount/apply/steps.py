@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Callable
 
 from nvmount.apply import mounts
 from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
@@ -37,6 +36,7 @@ from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import TypeVar
 
     from nvmount._libc import Libc

@@ -10,13 +10,13 @@ out-of-range numbers are refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from nvmount.cgroup.common import CgroupTarget, NoChange, validate_rules
 from nvmount.errors import CgroupError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nvmount._libc import Libc
     from nvmount.cgroup.common import CgroupChange
     from nvmount.plan.types import DeviceRule

@@ -32,7 +32,6 @@ import errno
 import os
 import struct
 import sys
-from collections.abc import Sequence
 
 from nvmount.cgroup.common import NoChange, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
@@ -41,6 +40,8 @@ from nvmount.records import mutable_record, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nvmount._libc import Libc
     from nvmount.cgroup.common import CgroupChange, CgroupTarget
     from nvmount.plan.types import DeviceRule

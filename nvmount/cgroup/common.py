@@ -8,7 +8,6 @@ opens a cgroup directory without magic links and checks its filesystem magic. Us
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from nvmount.errors import CgroupError
 from nvmount.log import get_logger
@@ -16,6 +15,7 @@ from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Protocol
 
     from nvmount._libc import Libc

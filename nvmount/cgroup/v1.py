@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
 
 from nvmount.cgroup.common import ACCESS_ORDER, format_rule, open_cgroup_dir, undo_quietly
 from nvmount.errors import CgroupError
@@ -20,6 +19,8 @@ from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nvmount._libc import Libc
     from nvmount.cgroup.common import CgroupChange
     from nvmount.plan.types import DeviceRule

@@ -12,10 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-from collections.abc import Iterator
 from contextlib import contextmanager
 
-from nvmount.cgroup.common import CgroupTarget
 from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, strerror
 from nvmount.fds import FdOwner
@@ -23,7 +21,10 @@ from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from nvmount._libc import Libc
+    from nvmount.cgroup.common import CgroupTarget
     from nvmount.fs.rootfs import Root
 
 log = get_logger(__name__)

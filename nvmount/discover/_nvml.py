@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from nvmount.errors import DriverError, NvmlError
@@ -23,6 +22,7 @@ from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from typing import Any, Protocol
 
 log = get_logger(__name__)

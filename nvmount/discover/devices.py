@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Collection
 
 from nvmount.capabilities import DriverCapability as Cap
-from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DeviceNode, Gpu, MigDevice
 from nvmount.errors import DriverError, strerror
 from nvmount.log import get_logger
@@ -21,7 +19,10 @@ from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from nvmount.discover._nvml import NvmlDevice, NvmlMig
+    from nvmount.discover.driver_root import DriverRoot
 
 log = get_logger(__name__)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 
-from nvmount.capabilities import DriverCapability
 from nvmount.discover import devices as dev
 from nvmount.discover import files
 from nvmount.discover.driver_root import DriverRoot
@@ -28,6 +27,7 @@ from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from nvmount.capabilities import DriverCapability
     from nvmount.discover._nvml import Nvml, NvmlDevice
 
 log = get_logger(__name__)

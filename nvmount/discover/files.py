@@ -13,13 +13,16 @@ import os
 import posixpath
 
 from nvmount.capabilities import DriverCapability as Cap
-from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.elf import ElfFormatError, ElfInfo, read_elf
 from nvmount.discover.inventory import DriverFile, FileKind
-from nvmount.discover.ldcache import LdcacheEntry
 from nvmount.errors import DriverError, strerror
 from nvmount.log import get_logger
 from nvmount.records import field, mutable_record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.discover.driver_root import DriverRoot
+    from nvmount.discover.ldcache import LdcacheEntry
 
 log = get_logger(__name__)
 

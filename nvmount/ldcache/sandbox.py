@@ -43,13 +43,14 @@ import stat
 from nvmount import _bpf as B
 from nvmount import _libc as L
 from nvmount import privileges
-from nvmount._libc import Libc
 from nvmount.errors import strerror
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from typing import NoReturn
+
+    from nvmount._libc import Libc
 
 _NAMESPACES = L.CLONE_NEWNS | L.CLONE_NEWPID | L.CLONE_NEWIPC | L.CLONE_NEWUTS | L.CLONE_NEWNET
 _MASKED_DIRS = ("proc", "sys", "dev")

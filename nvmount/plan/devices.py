@@ -10,9 +10,7 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import UNGATED, DriverCapability
-from nvmount.discover.inventory import DeviceNode, DriverInventory, Gpu, MigDevice
 from nvmount.errors import SelectionError
-from nvmount.plan.selection import Selection
 from nvmount.plan.types import (
     RO_DEV,
     RO_PROC,
@@ -22,6 +20,11 @@ from nvmount.plan.types import (
     PlanOptions,
     SourceKind,
 )
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.discover.inventory import DeviceNode, DriverInventory, Gpu, MigDevice
+    from nvmount.plan.selection import Selection
 
 PROC_DRIVER = "/proc/driver/nvidia"
 PROC_CAPS = PROC_DRIVER + "/capabilities"

@@ -34,11 +34,8 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import DriverCapability
-from nvmount.container.types import ContainerLayout
-from nvmount.discover.inventory import DriverFile, DriverInventory, Gpu
 from nvmount.plan.devices import plan_devices
 from nvmount.plan.procfs import plan_app_profile, plan_procfs
-from nvmount.plan.selection import Selection
 from nvmount.plan.types import (
     RO_LIB,
     RW_IPC,
@@ -50,6 +47,12 @@ from nvmount.plan.types import (
     SourceKind,
     Symlink,
 )
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.container.types import ContainerLayout
+    from nvmount.discover.inventory import DriverFile, DriverInventory, Gpu
+    from nvmount.plan.selection import Selection
 
 COMPUTE_LIBS = DriverCapability.COMPUTE | DriverCapability.VIDEO
 

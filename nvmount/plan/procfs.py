@@ -12,9 +12,12 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import DriverCapability
-from nvmount.discover.inventory import DriverInventory, Gpu
 from nvmount.errors import DriverError
 from nvmount.plan.types import RO_PROC, Bind, PlanEntry, ProcFile, SourceKind, Tmpfs, WriteFile
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.discover.inventory import DriverInventory, Gpu
 
 PROC_DRIVER = "/proc/driver/nvidia"
 PROC_FILES = ("params", "version", "registry")

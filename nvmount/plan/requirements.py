@@ -11,13 +11,14 @@ never "unsatisfied". Facts that are unknown (no GPU selected, no CUDA version) c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
 
 from nvmount.errors import RequirementError
 from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from nvmount.discover.inventory import DriverInventory
     from nvmount.plan.selection import Selection
 

@@ -9,11 +9,15 @@ PCI-shaped token that names no bus falls through (libnvc's `1:2:3` selects MIG 2
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from nvmount.discover.inventory import Gpu, MigDevice
 from nvmount.errors import SelectionError
 from nvmount.records import record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nvmount.discover.inventory import Gpu, MigDevice
 
 _PCI = re.compile(r"\s*(?:0[xX])?([0-9a-fA-F]+):\s*([0-9a-fA-F]{1,2}):\s*([0-9a-fA-F]{1,2})")
 _INDEX = re.compile(r"[0-9]+")

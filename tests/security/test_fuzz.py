@@ -245,7 +245,8 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_config_toml(tmp_path: Path) -> None:
-    from nvhook.config import config_from_document, load_config
+    from nvhook.config import config_from_document
+    from nvhook.config_file import load_config
 
     path = tmp_path / "config.toml"
 

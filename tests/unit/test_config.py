@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from nvhook import config as cfgmod
-from nvhook.config import HookConfig, config_from_document, load_config
+from nvhook import config_file
+from nvhook.config import HookConfig, config_from_document
+from nvhook.config_file import load_config
 from nvhook.errors import ConfigError
 from nvmount.capabilities import DriverCapability
 
@@ -19,7 +21,7 @@ ALL_CAPS = DriverCapability.all()
 @pytest.fixture(autouse=True)
 def _no_system_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never read the host's /etc/nvidia-container-runtime/config.toml in these tests."""
-    monkeypatch.setattr(cfgmod, "DEFAULT_CONFIG_PATH", str(tmp_path / "etc-config.toml"))
+    monkeypatch.setattr(config_file, "DEFAULT_CONFIG_PATH", str(tmp_path / "etc-config.toml"))
 
 
 def _attr(config: HookConfig, dotted: str) -> Any:
@@ -392,7 +394,7 @@ def test_lookup_order(tmp_path: Path, present: tuple[bool, ...], winner: str) ->
     if xdg:
         _write(tmp_path / "xdg" / "nvidia-container-runtime" / "config.toml", "xdg")
     if etc:
-        _write(Path(cfgmod.DEFAULT_CONFIG_PATH), "etc")
+        _write(Path(config_file.DEFAULT_CONFIG_PATH), "etc")
     assert load_config(path, environ).swarm_resource == winner
 
 
@@ -412,7 +414,7 @@ def test_missing_env_file(tmp_path: Path) -> None:
 
 
 def test_missing_xdg_file_falls_through(tmp_path: Path) -> None:
-    _write(Path(cfgmod.DEFAULT_CONFIG_PATH), "etc")
+    _write(Path(config_file.DEFAULT_CONFIG_PATH), "etc")
     assert load_config(None, {"XDG_CONFIG_HOME": str(tmp_path / "none")}).swarm_resource == "etc"
 
 

@@ -309,7 +309,7 @@ def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
 
 # -- the hook bridge ----------------------------------------------------------------------
 def _config(sim: SimRoot) -> object:
-    from nvhook.config import load_config
+    from nvhook.config_file import load_config
 
     return load_config(sim.config_path, {}, cwd="/")
 
