@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
 CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
+LDCACHE_MODES = ("write", "ldconfig")
 
 
 @record
@@ -89,6 +90,8 @@ class NvhookConfig:
     proc_root: str = "/proc"
     timing_log: str = ""
     ldconfig_required: bool = False
+    cache_dir: str = "/run/nvhook"  # root-only caches (driver inventory); "" = none
+    ldcache: str = "write"  # how the container's ld.so.cache is updated: write | ldconfig
 
 
 @record
@@ -154,6 +157,8 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.proc-root", "nvhook", "proc_root", _STR),
     ("nvhook.timing-log", "nvhook", "timing_log", _STR),
     ("nvhook.ldconfig-required", "nvhook", "ldconfig_required", _BOOL),
+    ("nvhook.cache-dir", "nvhook", "cache_dir", _STR),
+    ("nvhook.ldcache", "nvhook", "ldcache", _STR),
 )  # fmt: skip
 
 _GROUPS: dict[str, type[Any]] = {
@@ -239,7 +244,8 @@ def config_from_document(document: dict[str, Any], path: str | None) -> HookConf
     groups["cli"]["ldconfig"] = normalise_ldconfig(
         groups["cli"]["ldconfig"], features.allow_ldconfig_from_container, checked=path is not None
     )
-    for attr in ("proc_root", "timing_log"):
+    _check_choice(groups["nvhook"], "ldcache", "nvhook.ldcache", LDCACHE_MODES, where)
+    for attr in ("proc_root", "timing_log", "cache_dir"):
         _check_absolute(groups["nvhook"], attr, f"nvhook.{attr.replace('_', '-')}", where)
     top["supported_driver_capabilities"] = parse_supported_capabilities(
         top.get("supported_driver_capabilities", ",".join(KNOWN_CAPABILITIES))

@@ -131,6 +131,8 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
         no_cgroups=cli.no_cgroups,
         compat_mode=CompatMode(compat_mode(config)),
         timing_log=config.nvhook.timing_log,
+        cache_dir=config.nvhook.cache_dir,
+        ldcache_mode=config.nvhook.ldcache,
         container_id=os.path.basename(container.bundle.rstrip("/")) if container else "",
         limit_privileges=limit_privileges,
     )

@@ -57,23 +57,35 @@ NVML_NO_DRIVER = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT
 # -- the phases that change nothing ----------------------------------------------------------
 def discover(options: EngineOptions, faults: Faults, *,
              mig_minors: bool = True) -> DriverInventory:
-    """The host driver's inventory (NVML runs here; `nvml init` is a fault point).
+    """The host driver's inventory: from the inventory cache while the driver is unchanged
+    (`options.cache_dir`, not while faults are armed), else discovered (NVML runs here;
+    `nvml init` is a fault point).
 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
     with mig-config or mig-monitor uses it (`needs_mig_minors`)."""
-    from nvmount.discover.driver import DiscoveryOptions, discover_driver
+    from nvmount.discover import driver
 
-    try:
-        faults("nvml init")
-    except OSError as err:
-        raise DriverError(f"nvml init: {err.strerror}") from err
-    return discover_driver(
-        options.root, options.ldcache, options.proc_root,
-        options=DiscoveryOptions(no_persistenced=options.no_persistenced,
-                                 no_fabricmanager=options.no_fabricmanager,
-                                 no_gsp_firmware=options.no_gsp_firmware,
-                                 mig_minors=mig_minors),
-    )
+    opts = driver.DiscoveryOptions(no_persistenced=options.no_persistenced,
+                                   no_fabricmanager=options.no_fabricmanager,
+                                   no_gsp_firmware=options.no_gsp_firmware,
+                                   mig_minors=mig_minors)
+    path_env = driver.binary_search_path()
+
+    def run() -> DriverInventory:
+        try:
+            faults("nvml init")
+        except OSError as err:
+            raise DriverError(f"nvml init: {err.strerror}") from err
+        return driver.discover_driver(options.root, options.ldcache, options.proc_root,
+                                      path_env=path_env, options=opts)
+
+    if not options.cache_dir or faults.armed:
+        return run()
+    from nvmount.discover.cache import cached_inventory
+
+    key = driver.discovery_key(options.root, options.ldcache, options.proc_root, opts, path_env)
+    watch = driver.watched_paths(options.root, opts, path_env)
+    return cached_inventory(options.cache_dir, key, options.proc_root, watch, run)[0]
 
 
 def needs_mig_minors(request: EngineRequest) -> bool:
@@ -170,7 +182,8 @@ def configure_container(
             plan = make_plan(inventory, selection, request, handle, options)
         effects = Run(handle, plan, options, libc, faults, timer, stack).execute()
     result = EngineResult(plan, inventory, effects.applied, effects.cgroup, effects.ldconfig,
-                          (*plan.warnings, *effects.warnings), dict(timer.phases_ms))
+                          (*plan.warnings, *effects.warnings), dict(timer.phases_ms),
+                          effects.ldcache)
     write_timing(options, timer, pid, result)
     return result
 

@@ -8,9 +8,9 @@ the cgroup changes and re-enters the namespace to roll the mount journal back.
 
 from __future__ import annotations
 
+from nvmount.engine_types import Effects
 from nvmount.errors import LdcacheError, NvmountError
 from nvmount.log import get_logger
-from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -23,21 +23,12 @@ if TYPE_CHECKING:
     from nvmount.engine_types import EngineOptions
     from nvmount.faults import Faults
     from nvmount.fs.procfs import ProcFs
+    from nvmount.fs.rootfs import Root
     from nvmount.ldcache.ldconfig import LdconfigResult
     from nvmount.plan.types import MountPlan
     from nvmount.timing import PhaseTimer
 
 log = get_logger(__name__)
-
-
-@record
-class Effects:
-    """What `Run.execute` did: mounts, device cgroup, ldconfig and warnings."""
-
-    applied: ApplyResult
-    cgroup: str
-    ldconfig: LdconfigResult | None
-    warnings: tuple[str, ...]
 
 
 class Run:
@@ -52,6 +43,7 @@ class Run:
         self.libc, self.faults, self.timer, self.stack = libc, faults, timer, stack
         self.mounts = Journal("container mounts")
         self.cgroup_changes: list[CgroupChange] = []
+        self.root: Root | None = None  # the rootfs opened in the container's namespace
         self.warnings: list[str] = []
 
     def execute(self) -> Effects:
@@ -67,7 +59,7 @@ class Run:
                 self._still_alive("after the mounts")
                 cgroup = self._cgroup()
             with self.timer.phase("ldcache"), P.stage(P.Stage.LDCACHE):
-                ldconfig = self._ldconfig()
+                ldconfig, ldcache = self._ldcache(procfs)
                 self._still_alive("after ldconfig")
         except BaseException as err:
             self._rollback(err)
@@ -75,7 +67,7 @@ class Run:
         self.mounts.commit()
         for change in self.cgroup_changes:
             change.close()
-        return Effects(applied, cgroup, ldconfig, tuple(self.warnings))
+        return Effects(applied, cgroup, ldconfig, tuple(self.warnings), ldcache)
 
     def _still_alive(self, when: str) -> None:
         """The container's init must outlive every phase: when it died (the runtime gives up
@@ -101,6 +93,7 @@ class Run:
                 root = Root.open(self.handle.ns_rootfs, self.libc, procfs=procfs,
                                  require_proc_dir=True, ns_root=self.handle.ns_rootfs == "/")
                 self.stack.callback(root.close)
+                self.root = root
                 root.check_proc_mounted()
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
@@ -137,6 +130,40 @@ class Run:
             self.cgroup_changes.append(change)
             described.append(change.describe())
         return "; ".join(described)
+
+    def _ldcache(self, procfs: ProcFs) -> tuple[LdconfigResult | None, str]:
+        """Update the container's ld.so.cache: written by the hook (`ldcache = "write"`, the
+        default) unless that falls back, else by the sandboxed host ldconfig."""
+        if self.options.ldcache_mode == "write" and self.root is not None:
+            from nvmount.ldcache.write import Fallback
+
+            try:
+                return None, self._write_ldcache(self.root, procfs)
+            except Fallback as why:
+                log.info("ld.so.cache left to ldconfig: %s", why)
+        return self._ldconfig(), "ldconfig"
+
+    def _write_ldcache(self, root: Root, procfs: ProcFs) -> str:
+        from nvmount.apply.namespace import entered
+        from nvmount.ldcache.write import update_ldcache
+
+        try:
+            self.faults("write ld.so.cache")
+        except OSError as err:
+            raise LdcacheError(f"write ld.so.cache: {err.strerror}") from err
+        self._still_alive("before the ld.so.cache")
+        try:
+            with entered(self.handle.mntns_fd, self.libc):
+                done = update_ldcache(root, procfs, self.plan,
+                                      (self.handle.uid, self.handle.gid), self.mounts, self.libc)
+        except LdcacheError as err:
+            if self.options.ldconfig_required:
+                raise LdcacheError(f"{err} (ldconfig-required = true)") from err
+            log.warning("%s (the container starts anyway: SONAME links are in place)", err)
+            self.warnings.append(str(err))
+            return f"failed: {err}"
+        log.info("ld.so.cache: %s", done)
+        return done
 
     def _ldconfig(self) -> LdconfigResult:
         from nvmount.ldcache.ldconfig import resolve_ldconfig, run_ldconfig

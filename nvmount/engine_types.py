@@ -46,6 +46,8 @@ class EngineOptions:
     no_fabricmanager: bool = False
     no_gsp_firmware: bool = False
     timing_log: str = ""
+    ldcache_mode: str = "write"  # "write": the hook updates ld.so.cache; "ldconfig": ldconfig
+    cache_dir: str = ""  # root-only inventory cache ("" = discover every time)
     container_id: str = ""  # for the timing record
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
 
@@ -61,6 +63,7 @@ class EngineResult:
     ldconfig: LdconfigResult | None
     warnings: tuple[str, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
+    ldcache: str = ""  # what happened to the ld.so.cache ("ldconfig": see `ldconfig`)
 
 
 
@@ -73,3 +76,4 @@ class Effects:
     cgroup: str
     ldconfig: LdconfigResult | None
     warnings: tuple[str, ...]
+    ldcache: str = ""  # what happened to the ld.so.cache ("ldconfig": see `ldconfig`)

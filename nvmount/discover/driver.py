@@ -152,6 +152,29 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         warnings=tuple(warnings))
 
 
+def binary_search_path() -> str:
+    """Where driver binaries are searched: $PATH, else the standard PATH."""
+    return os.environ.get("PATH", DEFAULT_PATH)
+
+
+def discovery_key(root: str, ldcache: str, proc_root: str, opts: DiscoveryOptions,
+                  path_env: str) -> tuple[object, ...]:
+    """Everything a discovery depends on besides the files it finds (the cache key)."""
+    machine = opts.machine or os.uname().machine
+    return (root, ldcache, proc_root, machine, path_env, tuple(p for p, _ in _ipc_paths(opts)),
+            tuple((f, getattr(opts, f)) for f in ("no_glvnd", "no_uvm", "no_modeset", "no_mps",
+                                                   "no_persistenced", "no_fabricmanager",
+                                                   "no_gsp_firmware", "mig_minors")))
+
+
+def watched_paths(root: str, opts: DiscoveryOptions, path_env: str) -> tuple[str, ...]:
+    """Host paths whose appearance changes a discovery: the IPC candidates, PATH dirs."""
+    droot = DriverRoot(root)
+    ipc = [droot.host(path) for path, _ in _ipc_paths(opts)]
+    dirs = [droot.host(d) for d in path_env.split(":") if d.startswith("/")]
+    return tuple(ipc + dirs)
+
+
 def _ipc_paths(opts: DiscoveryOptions) -> tuple[tuple[str, DriverCapability], ...]:
     mps = opts.mps_pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or files.MPS_PIPE_DIR
     return files.ipc_paths(no_persistenced=opts.no_persistenced,

@@ -79,7 +79,8 @@ def plan_mounts(
     entries += plan_app_profile(gpus, capabilities, warnings)
     files = _plan_files(inventory, capabilities, layout)
     entries += [bind for bind, _ in files]
-    entries += plan_links(files)
+    links = plan_links(files)
+    entries += links
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)
     entries += binds
@@ -98,6 +99,7 @@ def plan_mounts(
         driver_version=inventory.driver_version,
         cuda_version=inventory.cuda_version,
         driver_root=inventory.root,
+        ldcache_entries=ldcache_entries(files, links),
     )
 
 
@@ -163,6 +165,38 @@ def plan_links(mounted: list[tuple[Bind, str]]) -> list[Symlink]:
         if soname not in ("", ".", "..") and "/" not in soname:
             add(posixpath.join(directory, soname), base, "soname link")
     return links
+
+
+def ldcache_entries(files: list[tuple[Bind, str]],
+                    links: list[Symlink]) -> tuple[tuple[str, str, bool], ...]:
+    """What ldconfig would cache for the planned libraries and links (glibc's search_dir):
+    a name whose library has SONAME S is keyed S, except a link whose own name N is S, or ends
+    in ".so" and starts S (a development link, `libcuda.so`), which is keyed N. The path is
+    the key in the same directory. First occurrence wins."""
+    libs = {b.target: (soname or posixpath.basename(b.target), b.what == "library32")
+            for b, soname in files if b.what in ("library", "library32")}
+    hops = {link.target: posixpath.join(posixpath.dirname(link.target), link.link)
+            for link in links if "/" not in link.link}
+
+    def library(path: str | None) -> tuple[str, bool] | None:
+        for _ in range(8):  # links to links (libcuda.so -> libcuda.so.1 -> the file)
+            if path is None or path in libs:
+                return None if path is None else libs[path]
+            path = hops.get(path)
+        return None
+
+    out: dict[tuple[str, bool], tuple[str, str, bool]] = {}
+    for path in [*libs, *hops]:
+        found = library(path)
+        if found is None:
+            continue
+        soname, is32 = found
+        directory, name = posixpath.split(path)
+        keep_name = name == soname or (name.endswith(".so") and soname.startswith(name))
+        key = name if keep_name else soname
+        entry = posixpath.join(directory, key)
+        out.setdefault((entry, is32), (key, entry, is32))
+    return tuple(out.values())
 
 
 def _plan_firmware_ipc(

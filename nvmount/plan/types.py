@@ -123,6 +123,9 @@ class MountPlan:
     driver_version: str = ""  # of the inventory the plan was made from
     cuda_version: str = ""
     driver_root: str = ""
+    # what ldconfig would put in the cache for the driver's libraries: (name as ldconfig keys
+    # it, container path, 32-bit), first wins (`ldcache_entries`)
+    ldcache_entries: tuple[tuple[str, str, bool], ...] = ()
 
     def count(self, kind: type[PlanEntry]) -> int:
         """How many entries of one kind (Bind, Tmpfs, WriteFile, Symlink) the plan holds."""

@@ -48,8 +48,8 @@ NVML_FAILURES = (
 
 
 def _wrapped(rig: AttackRig, report: Path, env: tuple[str, ...], *, debug: bool,
-             kill_after: float | str = -1) -> HookEntry:
-    hook = nvhook_hook_entry(rig.launcher, Path(rig.sim.config_path),
+             kill_after: float | str = -1, config: Path | None = None) -> HookEntry:
+    hook = nvhook_hook_entry(rig.launcher, config or Path(rig.sim.config_path),
                              *(["--debug"] if debug else []))
     return HookEntry("/usr/bin/python3",
                      ("python3", "-I", str(TOOLS / "hookwrap.py"), str(report), str(kill_after),
@@ -57,8 +57,9 @@ def _wrapped(rig: AttackRig, report: Path, env: tuple[str, ...], *, debug: bool,
 
 
 def _start(rig: AttackRig, report: Path, env: tuple[str, ...] = (), *, debug: bool = False,
-           kill_after: float | str = -1, caps: str = "all") -> tuple[Outcome, dict[str, Any]]:
-    hook = _wrapped(rig, report, env, debug=debug, kill_after=kill_after)
+           kill_after: float | str = -1, caps: str = "all",
+           config: Path | None = None) -> tuple[Outcome, dict[str, Any]]:
+    hook = _wrapped(rig, report, env, debug=debug, kill_after=kill_after, config=config)
     out = rig.start(caps=caps, nvhook=hook)
     return out, json.loads(report.read_text())
 
@@ -134,8 +135,10 @@ def test_fault_at_every_step(rig: AttackRig, oracle: HostOracle, tmp_path: Path)
 
 @pytest.mark.parametrize("fail", NVML_FAILURES)
 def test_nvml_error(rig: AttackRig, oracle: HostOracle, tmp_path: Path, fail: str) -> None:
-    """An NVML error fails the start with one line naming the function (nothing changed)."""
-    out, rep = _start(rig, tmp_path / "report.json", (f"NVSIM_FAIL={fail}",))
+    """An NVML error fails the start with one line naming the function (nothing changed).
+    The inventory cache is off: NVML must run for its errors to show."""
+    no_cache = rig.config(replace={"[nvhook]\n": '[nvhook]\ncache-dir = ""\n'})
+    out, rep = _start(rig, tmp_path / "report.json", (f"NVSIM_FAIL={fail}",), config=no_cache)
     function = fail.split(":")[0]
     print(f"{fail}: rc {rep['rc']}: {rep['stderr'].strip()}")
     assert rep["rc"] == 1 and not out.ok, rep

@@ -124,7 +124,7 @@ def test_configure_a_running_container(sim_root: SimRoot, rootfs: Path, cgroup: 
         result = configure_container(
             EngineRequest(devices=("1",), capabilities=C.UTILITY | C.COMPUTE), t.pid, t.rootfs,
             options(sim_root), Libc())
-        assert result.ldconfig is not None and result.ldconfig.ok
+        assert result.ldconfig is None and result.ldcache.startswith("wrote /etc/ld.so.cache")
         assert Path(t.view(f"{LIB}/libcuda.so.550.54.15")).read_bytes().startswith(b"\x7fELF")
         assert os.readlink(t.view(f"{LIB}/libcuda.so.1")) == "libcuda.so.550.54.15"
         assert os.readlink(t.view(f"{LIB}/libcuda.so")) == "libcuda.so.1"
@@ -177,7 +177,8 @@ def test_ldconfig_failure(sim_root: SimRoot, rootfs: Path, cgroup: str,
                           required: bool) -> None:
     from nvmount.errors import LdcacheError
 
-    opts = options(sim_root, ldconfig="@/nonexistent/ldconfig", ldconfig_required=required)
+    opts = options(sim_root, ldconfig="@/nonexistent/ldconfig", ldconfig_required=required,
+                   ldcache_mode="ldconfig")
     with container(rootfs, cgroup) as t:
         before = snapshot(t)
         request = EngineRequest(devices=("0",), capabilities=C.UTILITY)
@@ -195,7 +196,7 @@ def test_ldconfig_failure(sim_root: SimRoot, rootfs: Path, cgroup: str,
 
 # -- every step fails once ----------------------------------------------------------------
 def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
-           nvidia_dir: bool) -> int:
+           nvidia_dir: bool, mode: str = "write") -> int:
     with container(rootfs, cgroup, nvidia_dir=nvidia_dir) as t:
         before = snapshot(t)
         # record the steps on a throwaway copy (a successful run changes the rootfs)
@@ -203,17 +204,18 @@ def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
         spare = copy_rootfs(rootfs, rootfs.parent / "spare")
         with v1_cgroup(deny_all=True) as spare_cg, container(spare, spare_cg,
                                                              nvidia_dir=nvidia_dir) as s:
-            configure_container(request, s.pid, s.rootfs, options(sim), Libc(),
-                                faults=recorder)
+            configure_container(request, s.pid, s.rootfs, options(sim, ldcache_mode=mode),
+                                Libc(), faults=recorder)
         steps = [step.replace(str(spare), str(rootfs)) for step in recorder.steps]
-        assert steps[0] == "nvml init" and steps[-1] == "ldconfig"
+        last = "write ld.so.cache" if mode == "write" else "ldconfig"
+        assert steps[0] == "nvml init" and steps[-1] == last
         assert any(step.startswith("cgroup allow c ") for step in steps)
         fds = sorted(os.listdir("/proc/self/fd"))
         for i, step in enumerate(steps):
             nth = steps[: i + 1].count(step)
             with pytest.raises(NvmountError) as info:
-                configure_container(request, t.pid, t.rootfs, options(sim), Libc(),
-                                    faults=Faults(step, nth))
+                configure_container(request, t.pid, t.rootfs, options(sim, ldcache_mode=mode),
+                                    Libc(), faults=Faults(step, nth))
             message = str(info.value)
             assert "injected fault" in message, (step, message)
             if not step.startswith(("mountpoint ", "nvml ")):
@@ -229,11 +231,13 @@ def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
         return len(steps)
 
 
+@pytest.mark.parametrize("mode", ["write", "ldconfig"])
 def test_a_fault_at_every_step_leaves_nothing_behind(sim_mig_root: SimRoot, rootfs: Path,
-                                                     cgroup: str) -> None:
-    """A MIG device of GPU 0 (its parent comes along), graphics and display included."""
+                                                     cgroup: str, mode: str) -> None:
+    """A MIG device of GPU 0 (its parent comes along), graphics and display included; the
+    ld.so.cache written by the hook and by ldconfig."""
     request = EngineRequest(devices=("0:3",), capabilities=FULL_CAPS, imex_channels=(0,))
-    count = _sweep(sim_mig_root, rootfs, cgroup, request, nvidia_dir=False)
+    count = _sweep(sim_mig_root, rootfs, cgroup, request, nvidia_dir=False, mode=mode)
     assert count > 150
 
 

@@ -1,0 +1,206 @@
+"""Stage ldcache, mode `write` (the default): the hook updates the image's /etc/ld.so.cache
+itself, fd-safe and undoably, instead of running ldconfig.
+
+`update_ldcache` (called inside the container's mount namespace, after the mounts):
+
+1. falls back to the sandboxed ldconfig (`Fallback`) when the CUDA compat directory has to
+   lead the search (its libraries are the image's: their sonames would have to be read from
+   image files) or when the image's cache is in a form `nvmount.ldcache.image` does not
+   rewrite;
+2. opens /etc through the rootfs (`Root`, openat2 RESOLVE_IN_ROOT) and `ld.so.cache` in it by
+   one name with O_PATH|O_NOFOLLOW: never opened for reading unless `fstat` says it is a
+   regular file of a sane size (then reopened through the trusted procfs handle), so a FIFO,
+   socket, device node or symlink planted there is never opened - it is replaced;
+3. a missing cache is created only in an image that has /etc/ld.so.conf or ld.so.conf.d
+   (glibc); a musl image keeps relying on the SONAME links;
+4. merges the plan's `ldcache_entries` (`image.merge`) and writes the new cache to a fresh
+   name in /etc (O_CREAT|O_EXCL|O_NOFOLLOW, 0644, owned by the container's root), then swaps
+   it in with renameat2(RENAME_EXCHANGE) (RENAME_NOREPLACE when there was none).
+
+The old entry is kept under the temporary name until the start succeeds: the journal's undo
+swaps it back (so a failed start leaves the image's cache as it was, unlike ldconfig, whose
+rewrite cannot be undone), and its close step removes whatever the temporary name holds.
+Nothing from the image is executed and no device, FIFO or socket of the image is opened.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from nvmount import _libc
+from nvmount.discover.ldcache import MACHINE_ARCHES
+from nvmount.errors import LdcacheError, PathError, strerror
+from nvmount.ldcache import image
+from nvmount.log import get_logger
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount._libc import Libc
+    from nvmount.apply.journal import Journal
+    from nvmount.fs.procfs import ProcFs
+    from nvmount.fs.rootfs import Root
+    from nvmount.plan.types import MountPlan
+
+log = get_logger(__name__)
+
+CACHE_NAME = "ld.so.cache"
+MAX_CACHE_BYTES = 64 << 20  # ldconfig's caches are a few hundred KiB
+_GLIBC_MARKERS = ("ld.so.conf", "ld.so.conf.d")
+
+
+class Fallback(Exception):
+    """This container's cache is left to the sandboxed ldconfig (the reason is the message)."""
+
+
+def update_ldcache(root: Root, procfs: ProcFs, plan: MountPlan, owner: tuple[int, int],
+                   journal: Journal, libc: Libc, machine: str | None = None) -> str:
+    """Write the container's ld.so.cache; returns what was done, for the log.
+
+    Raises Fallback (run ldconfig instead) or LdcacheError (a failure, already undone)."""
+    if plan.ldconfig_dirs and plan.ldconfig_dirs[0] not in (plan.libs_dir, plan.libs32_dir):
+        raise Fallback(f"the CUDA compat directory {plan.ldconfig_dirs[0]} goes first")
+    arches = MACHINE_ARCHES.get(machine or os.uname().machine)
+    new = image.entries_for(plan.ldcache_entries, arches) if arches else ()
+    if not new:
+        return "unchanged: no libraries"
+    try:
+        etc = root.open_path("/etc", os.O_PATH | os.O_DIRECTORY)
+    except PathError:
+        return "skipped: the image has no /etc"
+    keep_open = False
+    try:
+        old = _read_old(etc, procfs)
+        if old is None and not any(_exists(etc, n) for n in _GLIBC_MARKERS):
+            return "skipped: no ld.so.cache and no ld.so.conf (not a glibc image)"
+        try:
+            current = image.parse_image(old) if old else image.CacheImage()
+        except image.UnsupportedCache as err:
+            raise Fallback(f"the image's ld.so.cache: {err}") from err
+        merged = image.merge(current, new)
+        if merged == current.entries:
+            return "unchanged: the cache already lists the driver's libraries"
+        data = image.serialize(merged, current.generator, current.hwcaps)
+        _install(etc, data, owner, journal, libc)
+        keep_open = True
+        return f"wrote /etc/{CACHE_NAME}: {len(merged)} entries ({len(new)} of the driver)"
+    finally:
+        if not keep_open:
+            os.close(etc)
+
+
+def _read_old(etc: int, procfs: ProcFs) -> bytes | None:
+    """The image's cache bytes; None when there is none, or it is not a regular file (it is
+    then replaced, never opened)."""
+    try:
+        fd = os.open(CACHE_NAME, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=etc)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise LdcacheError(f"open /etc/{CACHE_NAME}: {strerror(err)}") from err
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise Fallback(f"/etc/{CACHE_NAME} is a directory")
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
+            log.info("replacing /etc/%s: not a regular file of a sane size (mode %o)",
+                     CACHE_NAME, st.st_mode)
+            return None
+        rfd = os.open(f"thread-self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC,
+                      dir_fd=procfs.fd)
+        try:
+            again = os.fstat(rfd)
+            if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+                raise LdcacheError(f"read /etc/{CACHE_NAME}: changed while we looked")
+            return _read_all(rfd, st.st_size)
+        finally:
+            os.close(rfd)
+    except OSError as err:
+        raise LdcacheError(f"read /etc/{CACHE_NAME}: {strerror(err)}") from err
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks, left = [], min(size, MAX_CACHE_BYTES)
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _exists(etc: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=etc, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _install(etc: int, data: bytes, owner: tuple[int, int], journal: Journal,
+             libc: Libc) -> None:
+    """Write `data` under a fresh name and swap it in; journal the undo (see the docstring)."""
+    tmp = f".{CACHE_NAME}~nvhook-{os.urandom(6).hex()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=etc)
+    except OSError as err:
+        raise LdcacheError(f"create /etc/{tmp}: {strerror(err)}") from err
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, 0o644)
+        os.fchown(fd, *owner)
+        ours = os.fstat(fd).st_ino
+    except OSError as err:
+        os.unlink(tmp, dir_fd=etc)
+        raise LdcacheError(f"write /etc/{tmp}: {strerror(err)}") from err
+    finally:
+        os.close(fd)
+    swapped = _swap_in(etc, tmp, libc)
+    journal.record(f"write /etc/{CACHE_NAME}",
+                   lambda: _undo(etc, tmp, ours, swapped, libc))
+    journal.on_close(lambda: _discard(etc, tmp))
+
+
+def _swap_in(etc: int, tmp: str, libc: Libc) -> bool:
+    """Put `tmp` at the cache's name: exchanged with the old entry (True) or, when there was
+    none, renamed without replacing anything (False)."""
+    try:
+        libc.renameat2(etc, tmp, etc, CACHE_NAME, _libc.RENAME_EXCHANGE)
+        return True
+    except OSError as err:
+        if err.errno != errno.ENOENT:
+            os.unlink(tmp, dir_fd=etc)
+            raise LdcacheError(f"replace /etc/{CACHE_NAME}: {strerror(err)}") from err
+    try:
+        libc.renameat2(etc, tmp, etc, CACHE_NAME, _libc.RENAME_NOREPLACE)
+    except OSError as err:
+        os.unlink(tmp, dir_fd=etc)
+        raise LdcacheError(f"create /etc/{CACHE_NAME}: {strerror(err)}") from err
+    return False
+
+
+def _undo(etc: int, tmp: str, ours: int, swapped: bool, libc: Libc) -> None:
+    """Put the image's entry back (or remove ours when there was none), checking the inode."""
+    if os.stat(CACHE_NAME, dir_fd=etc, follow_symlinks=False).st_ino != ours:
+        raise LdcacheError(f"undo /etc/{CACHE_NAME}: it is not the file we wrote (left)")
+    if swapped:
+        libc.renameat2(etc, tmp, etc, CACHE_NAME, _libc.RENAME_EXCHANGE)
+    else:
+        os.rename(CACHE_NAME, tmp, src_dir_fd=etc, dst_dir_fd=etc)
+
+
+def _discard(etc: int, tmp: str) -> None:
+    """After a commit the temporary name holds the old entry, after an undo our file: drop it."""
+    try:
+        os.unlink(tmp, dir_fd=etc)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(etc)
