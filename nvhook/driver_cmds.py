@@ -52,6 +52,18 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 
 
+def _discover_cached(opts: GlobalOptions) -> tuple[DriverInventory, str]:
+    """The inventory from NVML now, and what the inventory cache held (`_CACHE`); the cache
+    is rewritten."""
+    from nvhook.config_file import load_config
+    from nvhook.engine import engine_options
+    from nvmount.engine import discover_cached
+    from nvmount.faults import Faults
+
+    return discover_cached(engine_options(load_config(opts.config_path, os.environ)), Faults(),
+                           fresh=True)
+
+
 # -- info ---------------------------------------------------------------------------------------
 def main_info(argv: list[str], opts: GlobalOptions) -> int:
     parser = _Parser(prog="nvhook info", description="Show the driver and GPUs nvhook sees.")
@@ -59,14 +71,21 @@ def main_info(argv: list[str], opts: GlobalOptions) -> int:
     fmt.add_argument("--json", action="store_true", help="print JSON")
     fmt.add_argument("--csv", action="store_true", help="print CSV, as nvidia-container-cli")
     args = parser.parse_args(argv)
-    inventory = _discover(opts)
+    inventory, cache = _discover_cached(opts)
     if args.json:
-        sys.stdout.write(json.dumps(info_json(inventory), indent=2) + "\n")
+        doc = {**info_json(inventory), "inventory_cache": cache}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     elif args.csv:
         sys.stdout.write(info_csv(inventory))
     else:
-        sys.stdout.write(info_text(inventory))
+        sys.stdout.write(info_text(inventory) + "\n" + _field("Inventory cache", _CACHE[cache]))
     return 0
+
+
+_CACHE = {"current": "current (container starts use it without NVML)",
+          "refreshed": "refreshed (it was absent, or the driver changed since)",
+          "inconsistent": "refreshed (it did not match the driver: please report this)",
+          "off": "off ([nvhook] cache-dir = \"\", or not root)"}
 
 
 def info_json(inv: DriverInventory) -> dict[str, Any]:

@@ -31,6 +31,7 @@ JSON line per container (see `nvmount.timing`).
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 
 from nvmount.engine_run import Run
@@ -57,9 +58,16 @@ NVML_NO_DRIVER = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT
 # -- the phases that change nothing ----------------------------------------------------------
 def discover(options: EngineOptions, faults: Faults, *,
              mig_minors: bool = True) -> DriverInventory:
-    """The host driver's inventory: from the inventory cache while the driver is unchanged
-    (`options.cache_dir`, not while faults are armed), else discovered (NVML runs here;
-    `nvml init` is a fault point).
+    """The host driver's inventory (see `discover_cached`)."""
+    return discover_cached(options, faults, mig_minors=mig_minors)[0]
+
+
+def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool = True,
+                    fresh: bool = False) -> tuple[DriverInventory, str]:
+    """(inventory, cache status): from the inventory cache while the driver is unchanged
+    ("hit"; `options.cache_dir`, not while faults are armed), else discovered (NVML runs
+    here; `nvml init` is a fault point) and the cache rewritten ("refreshed"); "off" without
+    a cache. `fresh` (nvhook info) always discovers and says whether the cache was "current".
 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
     with mig-config or mig-monitor uses it (`needs_mig_minors`)."""
@@ -79,13 +87,16 @@ def discover(options: EngineOptions, faults: Faults, *,
         return driver.discover_driver(options.root, options.ldcache, options.proc_root,
                                       path_env=path_env, options=opts)
 
-    if not options.cache_dir or faults.armed:
-        return run()
-    from nvmount.discover.cache import cached_inventory
+    if not options.cache_dir or faults.armed or os.geteuid() != 0:
+        return run(), "off"
+    from nvmount.discover import cache
 
     key = driver.discovery_key(options.root, options.ldcache, options.proc_root, opts, path_env)
     watch = driver.watched_paths(options.root, opts, path_env)
-    return cached_inventory(options.cache_dir, key, options.proc_root, watch, run)[0]
+    if fresh:
+        return cache.refresh(options.cache_dir, key, options.proc_root, watch, run)
+    found, hit = cache.cached_inventory(options.cache_dir, key, options.proc_root, watch, run)
+    return found, "hit" if hit else "refreshed"
 
 
 def needs_mig_minors(request: EngineRequest) -> bool:

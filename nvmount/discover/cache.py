@@ -45,6 +45,40 @@ _RECORDS = {c.__name__: c for c in (inv.DriverInventory, inv.Gpu, inv.MigDevice,
                                      inv.DeviceNode, inv.DriverFile)}
 
 
+def lookup(directory: str, key: tuple[object, ...], proc_root: str,
+           watch: tuple[str, ...]) -> inv.DriverInventory | None:
+    """The cached inventory for `key` if its stamp is still true, else None."""
+    entries = cachefile.load(directory, CACHE_NAME, _FORMAT) if directory else None
+    hit = entries.get(key) if isinstance(entries, dict) else None
+    if hit is None:
+        return None
+    try:
+        found = decode(hit[1])
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    if isinstance(found, inv.DriverInventory) and inventory_stamp(found, proc_root,
+                                                                  watch) == hit[0]:
+        return found
+    return None
+
+
+def refresh(directory: str, key: tuple[object, ...], proc_root: str, watch: tuple[str, ...],
+            discover: Callable[[], inv.DriverInventory]) -> tuple[inv.DriverInventory, str]:
+    """Discover now (`nvhook info`), rewrite the cache, and say what the cache held:
+    "current" (it matched), "refreshed" (absent or stale: the stamp saw the change) or
+    "inconsistent" (its stamp matched but the driver says otherwise: report it)."""
+    before = lookup(directory, key, proc_root, watch)
+    fresh = discover()
+    entries = cachefile.load(directory, CACHE_NAME, _FORMAT)
+    table = entries if isinstance(entries, dict) else {}
+    kept = {k: v for k, v in list(table.items())[-(_KEPT - 1):] if k != key}
+    cachefile.store(directory, CACHE_NAME, _FORMAT,
+                    {**kept, key: (inventory_stamp(fresh, proc_root, watch), encode(fresh))})
+    if before is None:
+        return fresh, "refreshed"
+    return fresh, "current" if before == fresh else "inconsistent"
+
+
 def cached_inventory(directory: str, key: tuple[object, ...], proc_root: str,
                      watch: tuple[str, ...],
                      discover: Callable[[], inv.DriverInventory]) -> tuple[inv.DriverInventory,

@@ -34,7 +34,9 @@ def test_info_text(sim_root: SimRoot) -> None:
         values = (g.index, g.minor, g.model, g.brand, g.uuid, g.bus_id.lower(), g.architecture)
         expected += "\n" + "".join(f"{k + ':':<15} {v}\n"
                                    for k, v in zip(INFO_LABELS, values, strict=True))
-    assert out == expected
+    body, cache_line = out.rsplit("\n\n", 1)
+    assert body + "\n" == expected
+    assert cache_line.startswith("Inventory cache: ")
 
 
 def test_info_csv(sim_root: SimRoot) -> None:
