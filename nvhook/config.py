@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 
 MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
+RUNTIME_MODES = ("legacy", "spec")  # [nvhook] runtime-mode
 CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
 LDCACHE_MODES = ("write", "ldconfig")
 
@@ -92,6 +93,8 @@ class NvhookConfig:
     ldconfig_required: bool = False
     cache_dir: str = "/run/nvhook"  # root-only caches (driver inventory); "" = none
     ldcache: str = "write"  # how the container's ld.so.cache is updated: write | ldconfig
+    runtime_mode: str = "legacy"  # "spec": the runtime wrapper writes devices/mounts to the spec
+    sim_procfs: bool = False  # simulated driver: the hook mounts a tmpfs on /proc/driver
 
 
 @record
@@ -159,6 +162,8 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.ldconfig-required", "nvhook", "ldconfig_required", _BOOL),
     ("nvhook.cache-dir", "nvhook", "cache_dir", _STR),
     ("nvhook.ldcache", "nvhook", "ldcache", _STR),
+    ("nvhook.runtime-mode", "nvhook", "runtime_mode", _STR),
+    ("nvhook.sim-procfs", "nvhook", "sim_procfs", _BOOL),
 )  # fmt: skip
 
 _GROUPS: dict[str, type[Any]] = {
@@ -233,13 +238,10 @@ def config_from_document(document: dict[str, Any], path: str | None) -> HookConf
         if value is not None:
             (groups[group] if group else top)[attr] = _checked(value, key, kind, where)
     _check_choice(groups["runtime"], "mode", "nvidia-container-runtime.mode", MODES, where)
-    _check_choice(
-        groups["runtime"],
-        "modes_legacy_cuda_compat_mode",
-        "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
-        CUDA_COMPAT_MODES,
-        where,
-    )
+    _check_choice(groups["runtime"], "modes_legacy_cuda_compat_mode",
+                  "nvidia-container-runtime.modes.legacy.cuda-compat-mode", CUDA_COMPAT_MODES,
+                  where)
+    _check_choice(groups["nvhook"], "runtime_mode", "nvhook.runtime-mode", RUNTIME_MODES, where)
     features = FeaturesConfig(**groups["features"])
     groups["cli"]["ldconfig"] = normalise_ldconfig(
         groups["cli"]["ldconfig"], features.allow_ldconfig_from_container, checked=path is not None

@@ -26,6 +26,9 @@ turns into `nvidia-container-cli configure` flags, hook-spec §1.16), then:
                                "always": ["<firmware, nvidiactl>", ...]},
        "warnings": ["..."]}
 
+Spec mode: `delivered` (what the container's config.json makes the runtime do,
+`nvhook.delivery`) is left out of what the engine applies (`nvmount.plan.delivery`).
+
 Options: `timer` (a `nvmount.timing.PhaseTimer` the hook started first thing, with its
 `config` and `spec` phases) makes the timing record cover the whole hook; `environ` is where
 the fault-injection variables are read (default `os.environ`; see `nvmount.faults`).
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from nvhook.config import HookConfig
     from nvhook.request import ContainerRef, ContainerRequest
     from nvmount.engine_types import EngineOptions, EngineRequest
+    from nvmount.plan.delivery import Delivered
     from nvmount.plan.types import MountPlan
     from nvmount.timing import PhaseTimer
 
@@ -55,6 +59,7 @@ def run_engine(
     debug: bool,
     timer: PhaseTimer | None = None,
     environ: Mapping[str, str] | None = None,
+    delivered: Delivered | None = None,
 ) -> dict[str, object] | None:
     """Configure the container for `request`; in dry-run, return the plan instead."""
     import os
@@ -65,7 +70,8 @@ def run_engine(
     from nvmount.timing import PhaseTimer
 
     timer = timer or PhaseTimer()
-    options = engine_options(config, container, limit_privileges=not dry_run)
+    options = engine_options(config, container, limit_privileges=not dry_run,
+                             delivered=delivered)
     ereq = engine_request(request)
     libc = Libc()
     if dry_run:
@@ -114,7 +120,8 @@ def compat_mode(config: HookConfig) -> str:
 
 
 def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
-                   limit_privileges: bool = False) -> EngineOptions:
+                   limit_privileges: bool = False,
+                   delivered: Delivered | None = None) -> EngineOptions:
     """HookConfig -> EngineOptions."""
     import os
 
@@ -135,6 +142,8 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
         ldcache_mode=config.nvhook.ldcache,
         container_id=os.path.basename(container.bundle.rstrip("/")) if container else "",
         limit_privileges=limit_privileges,
+        sim_procfs=config.nvhook.sim_procfs,
+        delivered=delivered,
     )
 
 

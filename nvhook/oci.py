@@ -43,6 +43,7 @@ class Spec:
     capabilities: Any  # raw JSON (None, list or dict); its format depends on oci_version
     root_path: str
     mounts: tuple[tuple[str, str], ...]  # (source, destination)
+    linux: Any = None  # raw `linux` object (devices, resources.devices: nvhook.delivery)
 
 
 _NON_ASCII_FOLDS = {"ſ": "S", "K": "K"}  # the only runes that Go folds onto ASCII letters
@@ -232,7 +233,11 @@ def spec_path(bundle: str, cwd: str | None) -> str:
 def load_spec(bundle: str, *, cwd: str | None = None) -> Spec:
     """`<bundle>/config.json` per hook-spec 1.4; `cwd` resolves a relative bundle."""
     path = spec_path(bundle, cwd)
-    data = _read_spec_file(path)
+    return parse_spec(path, _read_spec_file(path))
+
+
+def parse_spec(path: str, data: bytes) -> Spec:
+    """The spec in `data` (the bytes of `path`), per hook-spec 1.4."""
     try:
         return _decode_spec(path, decode_json(data))
     except ValueError as err:
@@ -273,6 +278,7 @@ def _decode_spec(path: str, raw: Any) -> Spec:
         capabilities=capabilities,
         root_path=root_path,
         mounts=tuple(mounts),
+        linux=field(obj, "linux"),
     )
 
 

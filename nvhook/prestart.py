@@ -69,7 +69,13 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     _log_request(request, ref)
     from nvhook.engine import run_engine
 
-    plan = run_engine(request, ref, config, dry_run=dry_run, debug=opts.debug, timer=timer)
+    delivered = None
+    if config.nvhook.runtime_mode == "spec":  # the runtime wrapper wrote part of the plan
+        from nvhook.delivery import delivered_by_spec
+
+        delivered = delivered_by_spec(spec)
+    plan = run_engine(request, ref, config, dry_run=dry_run, debug=opts.debug, timer=timer,
+                      delivered=delivered)
     if dry_run:
         _print_decision(request, ref, plan)
     return 0

@@ -140,6 +140,19 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
     return plan
 
 
+def hook_plan(plan: MountPlan, options: EngineOptions) -> MountPlan:
+    """The part of `plan` the hook applies: without what the runtime delivers (spec mode)."""
+    from nvmount.plan.delivery import hook_share
+
+    share = hook_share(plan, options.delivered)
+    if share is not plan:
+        log.info("the runtime delivers %d of %d entries and %d of %d device rules from the "
+                 "spec; the hook applies the rest", len(plan.entries) - len(share.entries),
+                 len(plan.entries), len(plan.device_rules) - len(share.device_rules),
+                 len(plan.device_rules))
+    return share
+
+
 def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc: Libc,
               *, timer: PhaseTimer | None = None) -> MountPlan | None:
     """The dry run: the plan for `rootfs` (a host path), or None when no driver is found."""
@@ -190,7 +203,7 @@ def configure_container(
         with timer.phase("container"), P.stage(P.Stage.MOUNT):
             handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
         with timer.phase("plan"):
-            plan = make_plan(inventory, selection, request, handle, options)
+            plan = hook_plan(make_plan(inventory, selection, request, handle, options), options)
         effects = Run(handle, plan, options, libc, faults, timer, stack).execute()
     result = EngineResult(plan, inventory, effects.applied, effects.cgroup, effects.ldconfig,
                           (*plan.warnings, *effects.warnings), dict(timer.phases_ms),

@@ -95,6 +95,11 @@ class Run:
                 self.stack.callback(root.close)
                 self.root = root
                 root.check_proc_mounted()
+                if self.options.sim_procfs:
+                    from nvmount.apply.simproc import mount_sim_proc_driver
+
+                    mount_sim_proc_driver(root, self.mounts, self.libc, procfs,
+                                          faults=self.faults, host_peers=host_peers)
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
                                      faults=self.faults, host_peers=host_peers)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from nvmount.apply.steps import ApplyResult
     from nvmount.discover.inventory import DriverInventory
     from nvmount.ldcache.ldconfig import LdconfigResult
+    from nvmount.plan.delivery import Delivered
     from nvmount.plan.types import MountPlan
 
 
@@ -50,6 +51,8 @@ class EngineOptions:
     cache_dir: str = ""  # root-only inventory cache ("" = discover every time)
     container_id: str = ""  # for the timing record
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
+    sim_procfs: bool = False  # simulated driver: a tmpfs on /proc/driver first (apply.simproc)
+    delivered: Delivered | None = None  # what the runtime does from the spec (plan.delivery)
 
 
 @record

@@ -160,6 +160,7 @@ def _write_config(sim: SimRoot) -> None:
         f"ldcache = {_toml_str('/etc/ld.so.cache')}\n"
         "\n[nvhook]\n"
         f"proc-root = {_toml_str(sim.proc_root)}\n"
+        "sim-procfs = true  # the hook mounts the container's /proc/driver (no kernel module)\n"
     )
 
 
