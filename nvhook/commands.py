@@ -55,6 +55,12 @@ def _install() -> CommandMain:
     return main
 
 
+def _runtime() -> CommandMain:
+    from nvhook.configure.cmd import main
+
+    return main
+
+
 class Command:
     """One subcommand: its help line and its loader."""
 
@@ -73,5 +79,8 @@ COMMANDS: dict[str, Command] = {
     "list": Command("list the host files a container could get", _list),
     "sim": Command("create a simulated driver (and its prestart step)", _sim),
     "demo": Command("start a GPU container under runc, print its nvidia-smi", _demo),
-    "install": Command("write the isolated hook launchers", _install),
+    "install": Command("write the launchers: hook, runtime wrapper, nvidia-container-cli",
+                       _install),
+    "runtime": Command("configure: register nvhook with docker, containerd, crio or podman",
+                       _runtime),
 }

@@ -120,23 +120,24 @@ def compat_mode(config: HookConfig) -> str:
 
 
 def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
-                   limit_privileges: bool = False,
-                   delivered: Delivered | None = None) -> EngineOptions:
-    """HookConfig -> EngineOptions."""
+                   limit_privileges: bool = False, delivered: Delivered | None = None,
+                   cli_flags: dict[str, str | bool] | None = None) -> EngineOptions:
+    """HookConfig -> EngineOptions. `cli_flags` (root, ldcache, ldconfig, no_cgroups,
+    compat_mode: nvidia-container-cli's flags) win over the config file."""
     import os
 
     from nvmount.engine_types import EngineOptions
     from nvmount.plan.types import CompatMode
 
-    cli = config.cli
+    cli, flags = config.cli, cli_flags or {}
     return EngineOptions(
-        root=cli.root or "/",
-        ldcache=cli.ldcache or "/etc/ld.so.cache",
+        root=str(flags.get("root") or cli.root or "/"),
+        ldcache=str(flags.get("ldcache") or cli.ldcache or "/etc/ld.so.cache"),
         proc_root=config.nvhook.proc_root or "/proc",
-        ldconfig=cli.ldconfig or "@/sbin/ldconfig",
+        ldconfig=str(flags.get("ldconfig") or cli.ldconfig or "@/sbin/ldconfig"),
         ldconfig_required=config.nvhook.ldconfig_required,
-        no_cgroups=cli.no_cgroups,
-        compat_mode=CompatMode(compat_mode(config)),
+        no_cgroups=bool(flags.get("no_cgroups") or cli.no_cgroups),
+        compat_mode=CompatMode(flags.get("compat_mode") or compat_mode(config)),
         timing_log=config.nvhook.timing_log,
         cache_dir=config.nvhook.cache_dir,
         ldcache_mode=config.nvhook.ldcache,

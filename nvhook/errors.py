@@ -6,6 +6,8 @@
     ├── StateError              OCI state on stdin
     ├── SpecError               the bundle's config.json: names the file and field
     ├── RequestError            the container's NVIDIA_* environment: names the variable
+    ├── WrapperError            the runtime wrapper: the bundle, the low-level runtime
+    ├── ConfigureError          `nvhook runtime configure`: names the file and what to do
     └── SimError                building the simulated driver (nvhook.sim)
 
 Errors from the engine (`nvmount.errors.NvmountError`) are printed the same way.
@@ -41,4 +43,12 @@ class RequestError(NvhookError):
 
 
 class SimError(NvhookError):
+    pass
+
+
+class WrapperError(NvhookError):
+    pass
+
+
+class ConfigureError(NvhookError):
     pass

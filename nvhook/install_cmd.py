@@ -1,18 +1,22 @@
-"""`nvhook install`: write the launchers that runtimes run as the hook. Stage: CLI command.
+"""`nvhook install`: write the launchers runtimes run: the hook, the runtime wrapper and the
+nvidia-container-cli drop-in. Stage: CLI command.
 
 A launcher is a small Python script run by the system interpreter in isolated mode without the
 site module (`#!/usr/bin/python3 -IS`; a shebang passes one argument, so `-I -S` is written as
-`-IS`): PYTHON* variables, the user site, `.pth` files and the working directory have no say in
-what it imports. It re-executes itself once without dynamic-loader variables (LD_PRELOAD,
-LD_LIBRARY_PATH, ...), records the working directory (runc: the bundle), changes to "/", appends
-the exact directories nvhook and its dependencies were found in at install time to `sys.path`
-(after the standard library, so nothing there can shadow it), and calls `nvhook.cli.main`.
+`-IS`); what each kind does before calling nvhook is in `nvhook.launchers`.
 
-    nvhook install [--prefix DIR] [--name NAME ...] [--python PATH] [--force] [--print]
+    nvhook install [--prefix DIR] [--name NAME ...] [--runtime-name NAME ...]
+                   [--cli-name NAME ...] [--config PATH] [--python PATH] [--force]
+                   [--print [hook|cli|runtime]]
 
-`--prefix` is the directory the launchers are written to (default /usr/local/bin); the default
-names are `nvidia-container-runtime-hook` (the name Docker's `--gpus` looks up on its PATH) and
-`nvhook-hook`. Re-run after moving or upgrading the installation.
+`--prefix` is the directory the launchers are written to (default /usr/local/bin). Default
+names: the hook `nvidia-container-runtime-hook` (the name Docker's `--gpus` looks up on its
+PATH) and `nvhook-hook`; the wrapper `nvidia-container-runtime` and `nvhook-runtime`; the CLI
+`nvidia-container-cli` (the name containerd's `--gpus`, nerdctl, enroot and Apptainer run).
+Naming launchers of one kind writes only the named ones (`--name a` writes only the hook `a`).
+`--config PATH` records a config file the launchers use unless NVIDIA_CTK_CONFIG_FILE_PATH is
+set. Re-run after moving or upgrading the installation. The next steps (which runtime to
+configure and restart) are printed on stderr.
 """
 
 from __future__ import annotations
@@ -23,79 +27,67 @@ import subprocess
 import sys
 
 from nvhook.errors import NvhookError
+from nvhook.launchers import DEFAULT_NAMES as DEFAULT_LAUNCHERS
+from nvhook.launchers import KINDS, MARKER
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.flags import GlobalOptions
 
 DEFAULT_PREFIX = "/usr/local/bin"
-DEFAULT_NAMES = ("nvidia-container-runtime-hook", "nvhook-hook")
+DEFAULT_NAMES = DEFAULT_LAUNCHERS["hook"]
 DEFAULT_PYTHON = "/usr/bin/python3"
-MARKER = "# nvhook hook launcher"
 # Importable names nvhook needs at hook time: itself and its runtime dependencies.
 _MODULES = ("nvhook", "nvmount", "prctl", "psutil")
 
-_TEMPLATE = '''#!{python} -IS
-{marker}, written by `nvhook install` (nvhook {version}); re-run it after moving nvhook.
-# Isolated interpreter: no PYTHON* variables, no cwd or user site, no site module or .pth files.
-import os
-import sys
-
-_LOADER = {loader!r}
-if "{xoption}" not in sys._xoptions and any(
-    k.startswith("LD_") or k in _LOADER for k in os.environ
-):
-    os.execve(
-        sys.executable,
-        [sys.executable, "-X", "{xoption}", *sys.orig_argv[1:]],
-        {{k: v for k, v in os.environ.items() if not (k.startswith("LD_") or k in _LOADER)}},
-    )
-try:
-    _cwd = os.getcwd()
-except OSError:
-    _cwd = ""  # unknown: the directory is gone
-os.chdir("/")
-sys.path.extend({paths!r})
-from nvhook.cli import main
-
-sys.exit(main(cwd=_cwd))
-'''
-
-
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="nvhook install", description="write the isolated hook launchers"
-    )
+        prog="nvhook install",
+        description="write the isolated launchers: hook, runtime wrapper, nvidia-container-cli")
     parser.add_argument("--prefix", default=DEFAULT_PREFIX,
                         help=f"directory to write the launchers to (default {DEFAULT_PREFIX})")
-    parser.add_argument("--name", action="append", dest="names", metavar="NAME",
-                        help="launcher file name; repeatable (default: "
-                             + ", ".join(DEFAULT_NAMES) + ")")
+    for flag, kind in (("--name", "hook"), ("--runtime-name", "runtime"), ("--cli-name", "cli")):
+        parser.add_argument(flag, action="append", dest=f"{kind}_names", metavar="NAME",
+                            help=f"{kind} launcher file name; repeatable (default: "
+                                 + ", ".join(DEFAULT_LAUNCHERS[kind]) + ")")
     parser.add_argument("--python", default=DEFAULT_PYTHON,
                         help=f"interpreter of the launcher (default {DEFAULT_PYTHON})")
     parser.add_argument("--force", action="store_true",
                         help="replace files that are not nvhook launchers")
-    parser.add_argument("--print", action="store_true", dest="print_only",
-                        help="print the launcher instead of writing it")
+    parser.add_argument("--print", nargs="?", const="hook", choices=KINDS, dest="print_kind",
+                        help="print a launcher (default: the hook) instead of writing it")
     return parser.parse_args(argv)  # fmt: skip
+
+
+def wanted_launchers(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(kind, name) to write: the named ones when any name is given, else every default."""
+    named = {kind: getattr(args, f"{kind}_names") or () for kind in KINDS}
+    if not any(named.values()):
+        named = dict(DEFAULT_LAUNCHERS)
+    return [(kind, name) for kind in KINDS for name in named[kind]]
 
 
 def main(argv: list[str], opts: GlobalOptions) -> int:
     args = _parse(argv)
     python = _absolute(args.python, opts.cwd)
     _check_interpreter(python)
-    text = render_launcher(python, import_paths())
-    if args.print_only:
-        sys.stdout.write(text)
+    # `--config PATH` is nvhook's global flag (taken from anywhere on the command line)
+    config = _absolute(opts.config_path, opts.cwd) if opts.config_path else None
+    if args.print_kind:
+        sys.stdout.write(render_launcher(python, import_paths(), args.print_kind, config))
         return 0
     prefix = _absolute(args.prefix, opts.cwd)
-    for name in args.names or DEFAULT_NAMES:
+    for kind, name in wanted_launchers(args):
         if not name or "/" in name or name in (".", ".."):
             raise NvhookError(f"install launcher {name!r}: not a file name (use --name NAME)")
         path = os.path.join(prefix, name)
-        write_launcher(path, text, force=args.force)
-        verify_launcher(path)
+        write_launcher(path, render_launcher(python, import_paths(), kind, config),
+                       force=args.force)
+        verify_launcher(path, kind)
         print(path)
+    from nvhook.configure.hints import install_hint
+
+    sys.stderr.write(install_hint(prefix))
     return 0
 
 
@@ -124,23 +116,19 @@ def import_paths(modules: tuple[str, ...] = _MODULES) -> list[str]:
     return paths
 
 
-def render_launcher(python: str, paths: list[str]) -> str:
+def render_launcher(python: str, paths: list[str], kind: str = "hook",
+                    config: str | None = None) -> str:
     from nvhook import __version__
     from nvhook.isolation import LOADER_VARIABLES, REEXEC_XOPTION
+    from nvhook.launchers import render
 
     if any(c.isspace() for c in python) or not python.startswith("/") or len(python) > 120:
         raise NvhookError(
             f"install launcher: interpreter path {python!r} cannot be used in a shebang "
             "(absolute, no spaces, at most 120 characters)"
         )
-    return _TEMPLATE.format(
-        python=python,
-        marker=MARKER,
-        version=__version__,
-        loader=tuple(sorted(LOADER_VARIABLES)),
-        xoption=REEXEC_XOPTION,
-        paths=paths,
-    )
+    return render(kind, python, paths, version=__version__,
+                  loader=tuple(sorted(LOADER_VARIABLES)), xoption=REEXEC_XOPTION, config=config)
 
 
 def _check_interpreter(python: str) -> None:
@@ -192,14 +180,20 @@ def write_launcher(path: str, text: str, *, force: bool) -> None:
         raise NvhookError(f"install launcher {path}: {err.strerror}") from err
 
 
-def verify_launcher(path: str) -> None:
-    """Run `<launcher> --version` as the runtime would (exec through the shebang)."""
+def verify_launcher(path: str, kind: str = "hook") -> None:
+    """Run `<launcher> --version` as the runtime would (exec through the shebang). The
+    runtime wrapper then execs the low-level runtime's `--version`: only its own first line
+    is checked (runc may be missing at install time)."""
     try:
         proc = subprocess.run(
             [path, "--version"], capture_output=True, text=True, check=False, timeout=30, cwd="/"
         )
     except OSError as err:
         raise NvhookError(f"install launcher {path}: cannot run it: {err.strerror}") from err
-    if proc.returncode != 0:
+    ok = proc.returncode == 0
+    if kind == "runtime":
+        ok = proc.stdout.startswith("nvhook-runtime version ") or "no runtime binary" in (
+            proc.stderr)
+    if not ok:
         detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise NvhookError(f"install launcher {path}: it does not start: {detail}")

@@ -32,18 +32,22 @@ class Delivered:
     """What the container's spec already makes the runtime do (the hook's view of it).
 
     mounts: (source, destination) pairs of bind mounts; devices: (path, major, minor) of
-    character devices; rules: (major, minor) of `c M:m` allow rules that grant read and write.
+    character devices; rules: (major, minor) of `c M:m` allow rules that grant read and write;
+    all_devices: every device node is made by someone else (nvidia-container-cli's
+    `--no-devbind`).
     """
 
-    __slots__ = ("devices", "mounts", "rules")
+    __slots__ = ("all_devices", "devices", "mounts", "rules")
 
     def __init__(self, mounts: frozenset[tuple[str, str]] = frozenset(),
                  devices: frozenset[tuple[str, int, int]] = frozenset(),
-                 rules: frozenset[tuple[int, int]] = frozenset()) -> None:
+                 rules: frozenset[tuple[int, int]] = frozenset(), *,
+                 all_devices: bool = False) -> None:
         self.mounts, self.devices, self.rules = mounts, devices, rules
+        self.all_devices = all_devices
 
     def __bool__(self) -> bool:
-        return bool(self.mounts or self.devices or self.rules)
+        return bool(self.mounts or self.devices or self.rules or self.all_devices)
 
     def __repr__(self) -> str:
         return (f"Delivered(mounts={len(self.mounts)}, devices={len(self.devices)}, "
@@ -74,7 +78,7 @@ def is_delivered(entry: PlanEntry, delivered: Delivered) -> bool:
         return False
     if is_device_node(entry):
         assert entry.rdev is not None
-        return (entry.target, *entry.rdev) in delivered.devices
+        return delivered.all_devices or (entry.target, *entry.rdev) in delivered.devices
     return is_runtime_mount(entry) and (entry.source, entry.target) in delivered.mounts
 
 

@@ -1,0 +1,79 @@
+"""The launcher scripts `nvhook install` writes: one per kind of program. Pure (text only).
+
+Every launcher runs the system interpreter isolated and without the site module
+(`#!/usr/bin/python3 -IS`: PYTHON* variables, the user site, `.pth` files and the working
+directory have no say in what it imports) and appends the exact directories nvhook and its
+dependencies were found in at install time to `sys.path`, after the standard library.
+
+    kind     names (default)                                      calls
+    hook     nvidia-container-runtime-hook, nvhook-hook           nvhook.cli.main
+    cli      nvidia-container-cli                                 nvhook.nvcli.cmd.main
+    runtime  nvidia-container-runtime, nvhook-runtime             nvhook.runtime.wrapper.main
+
+`hook` and `cli` run as host root on behalf of a container (runc's hook with its cwd in the
+bundle; containerd's `oci-hook` with ctr's environment): they re-execute themselves once
+without dynamic-loader variables (LD_*, GCONV_PATH, ...), record the working directory and
+change to "/". `runtime` is what containerd or dockerd run instead of runc: it keeps its
+environment and working directory, which the low-level runtime must get unchanged (runc's
+default bundle is the working directory), and which come from the daemon, not a container.
+
+With a recorded config path (`nvhook install --config PATH`), a launcher behaves as if
+NVIDIA_CTK_CONFIG_FILE_PATH=PATH were set, unless that variable is set: Docker's `--gpus`
+and containerd's `--gpus` run the hook or the CLI with no way to pass `--config`.
+"""
+
+from __future__ import annotations
+
+KINDS = ("hook", "cli", "runtime")
+DEFAULT_NAMES = {
+    "hook": ("nvidia-container-runtime-hook", "nvhook-hook"),
+    "cli": ("nvidia-container-cli",),
+    "runtime": ("nvidia-container-runtime", "nvhook-runtime"),
+}
+MARKER = "# nvhook hook launcher"  # every kind carries it (install replaces only its own files)
+CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
+
+_HEAD = '''#!{python} -IS
+{marker} ({kind}), written by `nvhook install` (nvhook {version}); re-run it after moving nvhook.
+# Isolated interpreter: no PYTHON* variables, no cwd or user site, no site module or .pth files.
+import os
+import sys
+'''
+
+_HYGIENE = '''
+_LOADER = {loader!r}
+if "{xoption}" not in sys._xoptions and any(
+    k.startswith("LD_") or k in _LOADER for k in os.environ
+):
+    os.execve(
+        sys.executable,
+        [sys.executable, "-X", "{xoption}", *sys.orig_argv[1:]],
+        {{k: v for k, v in os.environ.items() if not (k.startswith("LD_") or k in _LOADER)}},
+    )
+try:
+    _cwd = os.getcwd()
+except OSError:
+    _cwd = ""  # unknown: the directory is gone
+os.chdir("/")
+'''
+
+_CONFIG = '''os.environ.setdefault("{env}", {config!r})
+'''
+
+_ENTRY = {
+    "hook": "from nvhook.cli import main\n\nsys.exit(main(cwd=_cwd))\n",
+    "cli": "from nvhook.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
+    "runtime": "from nvhook.runtime.wrapper import main\n\nsys.exit(main())\n",
+}
+
+
+def render(kind: str, python: str, paths: list[str], *, version: str,
+           loader: tuple[str, ...], xoption: str, config: str | None = None) -> str:
+    """The launcher text of `kind` for interpreter `python` importing from `paths`."""
+    text = _HEAD.format(python=python, marker=MARKER, kind=kind, version=version)
+    if kind != "runtime":
+        text += _HYGIENE.format(loader=loader, xoption=xoption)
+    if config:
+        text += _CONFIG.format(env=CONFIG_ENV, config=config)
+    text += f"sys.path.extend({paths!r})\n"
+    return text + _ENTRY[kind]
