@@ -120,6 +120,7 @@ def test_load_spec_fields(tmp_path: Path) -> None:
         capabilities={"bounding": ["CAP_SYS_ADMIN"]},
         root_path="/r",
         mounts=(("/dev/null", "/d"), ("", "/proc"), ("", "")),
+        linux={"whatever": [1, 2]},  # raw: only spec mode reads it (nvhook.delivery)
     )
 
 

@@ -206,7 +206,7 @@ def test_config_and_inventory_json(sim_root: SimRoot) -> None:
     config = tomllib.loads(Path(sim_root.config_path).read_text())
     assert config == {
         "nvidia-container-cli": {"root": sim_root.path, "ldcache": "/etc/ld.so.cache"},
-        "nvhook": {"proc-root": f"{sim_root.path}/proc"},
+        "nvhook": {"proc-root": f"{sim_root.path}/proc", "sim-procfs": True},
     }
     doc = json.loads((Path(sim_root.path) / "nvsim.json").read_text())
     assert doc["driver_version"] == "550.54.15" and doc["cuda_version"] == "12.4"
