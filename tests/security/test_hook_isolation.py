@@ -239,8 +239,9 @@ def test_install_writes_names_and_refuses_foreign_files(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "nvhook hook launcher" in foreign.read_text()
-    assert sorted(p.name for p in prefix.iterdir()) == ["a", "b", "nvhook-hook",
-                                                        "nvidia-container-runtime-hook"]
+    assert sorted(p.name for p in prefix.iterdir()) == [
+        "a", "b", "nvhook-hook", "nvhook-runtime", "nvidia-container-cli",
+        "nvidia-container-runtime", "nvidia-container-runtime-hook"]
 
 
 def test_install_relative_prefix_and_bad_interpreter(tmp_path: Path) -> None:
@@ -252,3 +253,38 @@ def test_install_relative_prefix_and_bad_interpreter(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1
     assert proc.stderr.startswith("install launcher: run /nonexistent/python3: ")
+
+
+@pytest.mark.parametrize("name", ["nvidia-container-cli", "nvhook-runtime"])
+def test_cli_and_runtime_launchers_are_isolated_too(
+    planted: Planted, evil_libs: Path, name: str
+) -> None:
+    """The drop-in CLI and the runtime wrapper run as root for containerd/dockerd: planted
+    modules in the working directory, PYTHONPATH and .pth files are not imported."""
+    _clear(planted)
+    env = planted.env(PYTHONPATH=str(planted.evil), PYTHONSTARTUP=str(planted.evil / "x.py"),
+                      LD_LIBRARY_PATH=str(evil_libs))
+    proc = subprocess.run([str(planted.root / "bin" / name), "--version"], capture_output=True,
+                          text=True, cwd=planted.bundle, env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert planted.marker_names() == []
+    first = "cli-version: " if name == "nvidia-container-cli" else "nvhook-runtime version "
+    assert proc.stdout.startswith(first)
+
+
+def test_launcher_kinds(tmp_path: Path) -> None:
+    """hook and cli leave their cwd and drop loader variables; the runtime wrapper keeps both
+    (runc's default bundle is the cwd, and the runtime must get the daemon's environment)."""
+    texts = {}
+    for kind in ("hook", "cli", "runtime"):
+        proc = subprocess.run([*NVHOOK, "--config", "/etc/x.toml", "install", "--print", kind],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        texts[kind] = proc.stdout
+    for kind in ("hook", "cli"):
+        assert 'os.chdir("/")' in texts[kind] and "nvhook_reexec" in texts[kind]
+    assert "chdir" not in texts["runtime"] and "nvhook_reexec" not in texts["runtime"]
+    assert "from nvhook.nvcli.cmd import main" in texts["cli"]
+    assert "from nvhook.runtime.wrapper import main" in texts["runtime"]
+    for text in texts.values():
+        assert 'os.environ.setdefault("NVIDIA_CTK_CONFIG_FILE_PATH", \'/etc/x.toml\')' in text
