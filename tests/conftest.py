@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.clients",
+    "tests.fixtures.gpu_clients",
 ]
