@@ -54,9 +54,10 @@ class Target:
 
 
 @contextmanager
-def container(rootfs: Path, cgroup: str, *, nvidia_dir: bool = False) -> Iterator[Target]:
+def container(rootfs: Path, cgroup: str, *, nvidia_dir: bool = False,
+              sim_step: bool = True) -> Iterator[Target]:
     """A sleeping process in its own mount namespace with <rootfs>/proc mounted, the
-    simulation's tmpfs on <rootfs>/proc/driver, inside `cgroup`."""
+    simulation's tmpfs on <rootfs>/proc/driver (unless not `sim_step`), inside `cgroup`."""
     script = f"mount -t proc proc {rootfs}/proc && exec sleep 600"
     proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
     try:
@@ -66,7 +67,8 @@ def container(rootfs: Path, cgroup: str, *, nvidia_dir: bool = False) -> Iterato
             time.sleep(0.01)
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
             f.write(str(proc.pid))
-        mount_proc_driver(proc.pid, str(rootfs), with_nvidia_dir=nvidia_dir)
+        if sim_step:
+            mount_proc_driver(proc.pid, str(rootfs), with_nvidia_dir=nvidia_dir)
         yield Target(proc.pid, str(rootfs), cgroup)
     finally:
         proc.kill()
@@ -192,6 +194,38 @@ def test_ldconfig_failure(sim_root: SimRoot, rootfs: Path, cgroup: str,
             assert any("/nonexistent/ldconfig" in w for w in result.warnings)
             assert os.path.exists(t.view("/usr/bin/nvidia-smi"))
             assert "c 195:0 rw" in devices_list(cgroup)
+
+
+def _proc_driver_mounts(t: Target) -> list[str]:
+    with open(f"/proc/{t.pid}/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(
+            f"{t.rootfs}/proc/driver")]
+
+
+@pytest.mark.parametrize("sim_step", [False, True], ids=["no-step", "after-the-sim-step"])
+def test_sim_procfs_stands_in_for_the_kernel_module(sim_root: SimRoot, rootfs: Path,
+                                                   cgroup: str, sim_step: bool) -> None:
+    """`sim-procfs`: the engine mounts the tmpfs on /proc/driver itself, once."""
+    with container(rootfs, cgroup, sim_step=sim_step) as t:
+        configure_container(EngineRequest(devices=("2",), capabilities=C.UTILITY), t.pid,
+                            t.rootfs, options(sim_root, sim_procfs=True), Libc())
+        mounts = _proc_driver_mounts(t)
+        assert {f"{t.rootfs}/proc/driver", f"{t.rootfs}/proc/driver/nvidia"} <= set(mounts)
+        assert mounts.count(f"{t.rootfs}/proc/driver") == 1
+        assert os.listdir(t.view("/proc/driver/nvidia/gpus")) == [sim_root.gpus[2].proc_bus_id]
+
+
+@pytest.mark.parametrize("fault", ["mount sim procfs", "mount procfs view", "ldconfig"])
+def test_sim_procfs_is_rolled_back(sim_root: SimRoot, rootfs: Path, cgroup: str,
+                                   fault: str) -> None:
+    with container(rootfs, cgroup, sim_step=False) as t:
+        before = snapshot(t)
+        with pytest.raises(NvmountError):
+            configure_container(EngineRequest(devices=("0",), capabilities=C.UTILITY), t.pid,
+                                t.rootfs, options(sim_root, sim_procfs=True), Libc(),
+                                faults=Faults(fault))
+        assert snapshot(t) == before
+        assert _proc_driver_mounts(t) == []
 
 
 # -- every step fails once ----------------------------------------------------------------

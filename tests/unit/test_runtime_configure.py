@@ -1,0 +1,172 @@
+"""`nvhook runtime configure` (nvhook.configure): docker daemon.json, containerd and CRI-O
+drop-ins, the hooks.d file; existing content kept, invalid input refused, idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvhook.configure import containerd, crio, docker, tomlw
+from nvhook.errors import ConfigureError
+
+REPO = Path(__file__).resolve().parent.parent.parent
+WRAPPER = "/opt/nvhook/bin/nvidia-container-runtime"
+
+
+def configure(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nvhook", "runtime", "configure", *args],
+                          capture_output=True, text=True, timeout=60, check=False, cwd=cwd,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+
+
+def test_docker_keeps_content_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text('{"storage-driver": "overlay2", "runtimes": {"other": {"path": "/x"}}}')
+    path.chmod(0o600)
+    args = ("--runtime=docker", f"--config={path}", f"--runtime-path={WRAPPER}",
+            "--set-as-default")
+    first = configure(*args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith(f"Wrote updated config to {path}\nrestart dockerd")
+    doc = json.loads(path.read_text())
+    assert list(doc) == ["storage-driver", "runtimes", "default-runtime"]
+    assert doc["runtimes"] == {"other": {"path": "/x"},
+                               "nvidia": {"args": [], "path": WRAPPER}}
+    assert doc["default-runtime"] == "nvidia" and path.stat().st_mode & 0o777 == 0o600
+    text = path.read_text()
+    second = configure(*args)
+    assert "already up to date" in second.stdout and path.read_text() == text
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{", "not valid JSON"), ("[]", "not a JSON object"),
+    ('{"runtimes": []}', '"runtimes" is not an object'),
+    ('{"a": 1, "a": 2}', "duplicate key"),
+], ids=["syntax", "array", "runtimes", "duplicate"])
+def test_docker_refuses_invalid_files(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text(content)
+    proc = configure("--runtime=docker", f"--config={path}", f"--runtime-path={WRAPPER}")
+    assert proc.returncode == 1 and message in proc.stderr
+    assert path.read_text() == content
+
+
+def test_docker_dry_run_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "daemon.json"
+    proc = configure("--runtime=docker", f"--config={path}", f"--runtime-path={WRAPPER}",
+                     "--runtime-name=gpu", "--dry-run")
+    assert json.loads(proc.stdout) == {"runtimes": {"gpu": {"args": [], "path": WRAPPER}}}
+    assert not path.parent.exists()
+
+
+MAIN_V2 = """version = 2
+imports = ["conf.d/*.toml"]
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+
+
+def test_containerd_v2_dropin_copies_runc_options(tmp_path: Path) -> None:
+    main = tmp_path / "config.toml"
+    main.write_text(MAIN_V2)
+    drop = tmp_path / "conf.d" / "99-nvidia.toml"
+    proc = configure("--runtime=containerd", f"--config={main}", f"--drop-in={drop}",
+                     f"--runtime-path={WRAPPER}", "--set-as-default")
+    assert proc.returncode == 0, proc.stderr
+    assert "note:" not in proc.stderr  # imported by the glob, CRI enabled
+    cri = tomllib.loads(drop.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
+    assert cri["containerd"]["runtimes"]["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"SystemdCgroup": True, "BinaryName": WRAPPER}}
+    assert main.read_text() == MAIN_V2
+    assert "already up to date" in configure("--runtime=containerd", f"--config={main}",
+                                             f"--drop-in={drop}", f"--runtime-path={WRAPPER}",
+                                             "--set-as-default").stdout
+
+
+def test_containerd_v3_and_notes(tmp_path: Path) -> None:
+    main = tmp_path / "config.toml"
+    main.write_text('version = 3\ndisabled_plugins = ["io.containerd.cri.v1.runtime"]\n')
+    drop = tmp_path / "d" / "99-nvidia.toml"
+    drop.parent.mkdir()
+    drop.write_text('version = 3\n[plugins."io.containerd.cri.v1.images"]\nkeep = true\n')
+    proc = configure("--runtime=containerd", f"--config={main}", f"--drop-in={drop}",
+                     f"--runtime-path={WRAPPER}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"imports = [\"{drop.parent}/*.toml\"]" in proc.stderr
+    assert "the CRI plugin is disabled" in proc.stderr
+    doc = tomllib.loads(drop.read_text())
+    assert doc["plugins"]["io.containerd.cri.v1.images"] == {"keep": True}
+    assert doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"] \
+        == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": WRAPPER}}
+
+
+def test_containerd_refusals() -> None:
+    with pytest.raises(ConfigureError, match="version 1 is not supported"):
+        containerd.config_version({"root": "/x"}, 2)
+    with pytest.raises(ConfigureError, match="has version 3 but the main config is version 2"):
+        containerd.configure({}, {"version": 3}, 2, "nvidia", WRAPPER, set_default=False,
+                             where="d.toml")
+    assert containerd.imports_drop_in({"imports": ["/etc/containerd/conf.d/*.toml"]},
+                                      "/etc/containerd/config.toml",
+                                      "/etc/containerd/conf.d/99-nvidia.toml")
+    assert not containerd.imports_drop_in({"imports": ["/etc/containerd/*.toml"]},
+                                          "/etc/containerd/config.toml",
+                                          "/etc/containerd/conf.d/99-nvidia.toml")
+
+
+def test_crio_dropin() -> None:
+    main = {"crio": {"runtime": {"default_runtime": "crun", "runtimes": {
+        "crun": {"runtime_path": "/usr/bin/crun", "monitor_path": "/usr/bin/conmon"}}}}}
+    doc = crio.configure(main, None, "nvidia", WRAPPER, set_default=True, where="d")
+    assert doc == {"crio": {"runtime": {"default_runtime": "nvidia", "runtimes": {"nvidia": {
+        "runtime_path": WRAPPER, "monitor_path": "/usr/bin/conmon", "runtime_type": "oci"}}}}}
+    assert tomllib.loads(tomlw.render_checked(doc, "d")) == doc
+
+
+def test_hooks_file(tmp_path: Path) -> None:
+    hook = tmp_path / "nvidia-container-runtime-hook"
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    proc = configure("--runtime=podman", f"--hooks-dir={tmp_path}/hooks.d",
+                     f"--hook-path={hook}", "--hook-config=/etc/sim.toml")
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to restart" in proc.stdout
+    doc = json.loads((tmp_path / "hooks.d" / "oci-nvidia-hook.json").read_text())
+    assert list(doc) == ["version", "hook", "when", "stages"]
+    assert doc["hook"] == {"path": str(hook), "args": ["nvidia-container-runtime-hook",
+                                                       "prestart"],
+                           "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                                   "/sbin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH=/etc/sim.toml"]}
+    assert doc["when"] == {"always": True} and doc["stages"] == ["prestart"]
+    relative = configure("--runtime=podman", f"--hooks-dir={tmp_path}", "--hook-path=rel")
+    assert relative.returncode == 1 and "must be an absolute path" in relative.stderr
+
+
+TOML_DOCS: list[dict[str, Any]] = [
+    {"version": 2, "a": {"b.c": {"d": [1, "x"], "e": {}}}, "f": 1.5, "g": {"h": {"i": True}}},
+    {"plugins": {'q"k': {"inline": [{"x": 1}], "s": "line\nbreak\u00e9\x01"}}},
+]
+
+
+@pytest.mark.parametrize("doc", TOML_DOCS, ids=["nested", "quoting"])
+def test_toml_writer_round_trips(doc: dict[str, Any]) -> None:
+    assert tomllib.loads(tomlw.render_checked(doc, "x")) == doc
+
+
+def test_docker_module_keeps_existing_entry_keys() -> None:
+    doc = docker.configure({"runtimes": {"nvidia": {"path": "/old", "args": ["--x"], "y": 1}}},
+                           "nvidia", WRAPPER, set_default=False, where="d")
+    assert doc["runtimes"]["nvidia"] == {"path": WRAPPER, "args": ["--x"], "y": 1}
