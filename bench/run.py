@@ -241,7 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-runs", type=int, default=5, help="runs of the RSS/wall pass")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--wrapper", action="store_true",
+                        help="the runtime wrapper's series instead (bench/wrapper.py)")
     args = parser.parse_args(argv)
+    if args.wrapper:
+        from wrapper import main as wrapper_main  # bench/wrapper.py, next to this file
+
+        return wrapper_main(["--runs", str(args.runs), "--out", args.out])
     args.gpus = [int(x) for x in args.gpus.split(",") if x]
     if os.geteuid() != 0:
         raise SystemExit("bench: must run as root (sudo .venv/bin/python bench/run.py)")

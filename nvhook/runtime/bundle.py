@@ -13,7 +13,6 @@ kept; numbers keep their value (floats may be printed differently).
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from nvhook.errors import WrapperError
@@ -153,6 +152,8 @@ def write_document(bundle: BundleFile, doc: dict[str, Any]) -> None:
             os.close(fd)
         os.rename(tmp, NAME, src_dir_fd=bundle.dir_fd, dst_dir_fd=bundle.dir_fd)
     except OSError as err:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib costs 3 ms of imports on every create)
             os.unlink(tmp, dir_fd=bundle.dir_fd)
+        except OSError:
+            pass
         raise WrapperError(f"write OCI spec {bundle.path}: {_text(err)}") from err
