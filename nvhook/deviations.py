@@ -1,4 +1,4 @@
-"""Where nvhook deliberately differs from NVIDIA's nvidia-container-runtime-hook v1.17.8.
+"""Where nvhook deliberately differs from NVIDIA's hook, runtime, CLI and nvidia-ctk (v1.17.8).
 
 The one list of deviations: the README's "Deviations from NVIDIA's hook" section repeats it
 (a test keeps the two in step). Each entry is (topic, what nvhook does, why).
@@ -95,5 +95,88 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "empties dropped) in the request; the privilege rule still applies to the raw value",
         "the engine needs ids; NVIDIA hands the raw string to nvidia-container-cli, which "
         "splits it",
+    ),
+    (
+        "Runtime wrapper: GPU containers only",
+        "the wrapper adds the prestart hook only to a container the hook's own decision "
+        "(`derive_request`) calls a GPU container; any other config.json is passed on "
+        "byte for byte, so errors NVIDIA's hook raises for every container (an env entry "
+        "without `=`, a malformed capabilities field) are not raised for a container that "
+        "names no NVIDIA variable",
+        "NVIDIA injects its hook into every container, which then costs every container a "
+        "hook process; a non-GPU container should not depend on the GPU stack at all",
+    ),
+    (
+        "Runtime wrapper: command line",
+        "the command is the first word after runc's and crun's global flags; `create` and "
+        "`run` are acted on; a `-b`/`--bundle` value is never a command",
+        "NVIDIA treats any argument equal to `create` as the command (`runc delete create` "
+        "edits the config.json of the working directory) and ignores `run`",
+    ),
+    (
+        "Runtime wrapper: spec rewrite",
+        "config.json is edited as JSON, keeping every field and the key order, and replaced "
+        "atomically (new file in the bundle, same mode and owner, rename); it must be a "
+        "regular file (no symlink, no FIFO) of at most 4 MiB and strict JSON (duplicate keys "
+        "and NaN are refused)",
+        "v1.17.8 re-encodes the spec through Go's typed struct, which drops unknown fields, "
+        "adds zero values, and truncates the file in place",
+    ),
+    (
+        "Runtime wrapper: hook entry",
+        "the hook path is absolute (a name is looked up in the wrapper's own directory first, "
+        "then PATH; not found is an error), the entry carries an explicit env (PATH and "
+        "NVIDIA_CTK_CONFIG_FILE_PATH of the config the wrapper read), and an `nvhook-hook` "
+        "already present also counts",
+        "without `env` runc hands the hook its own environment (CVE-2025-23266); the hook must "
+        "decide from the same file as the wrapper; NVIDIA falls back to an unchecked "
+        "/usr/bin path",
+    ),
+    (
+        "Runtime wrapper: low-level runtime",
+        "`nvidia-container-runtime.runtimes` defaults to `runc`, `crun`; a candidate that is "
+        "the wrapper itself (same file) is skipped",
+        "v1.20 dropped `docker-runc` too; a candidate resolving to the wrapper would exec "
+        "itself forever",
+    ),
+    (
+        "Runtime wrapper: configuration",
+        "`state`, `start`, `kill`, `delete` read only the keys the wrapper uses (runtimes, "
+        "debug, log-level, hook path, runtime-mode, swarm-resource, volume mounts), with a "
+        "simple-TOML reader that hands anything else to tomllib; a GPU container's create "
+        "loads and checks the whole file",
+        "a broken key elsewhere must not stop `delete` of running containers, and every runc "
+        "call of every container pays for the wrapper",
+    ),
+    (
+        "Runtime wrapper: modes and output",
+        "modes `legacy` and nvhook's `spec` only: a request naming only CDI devices fails "
+        "with a message saying so; `--version` prints `nvhook-runtime version <v> (NVIDIA "
+        "Container Runtime v1.17.8 compatible)`, then the runtime's; errors are one line on "
+        "stderr and an error record in runc's `--log` file",
+        "nvhook has no CDI or csv mode; it is not NVIDIA's binary; containerd and Docker show "
+        "the last error of the `--log` file",
+    ),
+    (
+        "nvidia-container-cli drop-in",
+        "reads config.toml (the usual lookup) for what its flags leave out: the driver root, "
+        "ldcache and `[nvhook]`; `--load-kmods`, `--user`, `--no-pivot` and "
+        "`--no-create-imex-channels` are accepted and do nothing; `--version` names nvhook "
+        "as the build revision",
+        "containerd's `--gpus` passes no `--root`, so a simulated or containerised driver "
+        "must come from somewhere; nvhook loads no kernel modules, runs NVML unprivileged "
+        "and ldconfig sandboxed",
+    ),
+    (
+        "runtime configure",
+        "docker: key order kept, the wrapper's absolute path, an existing entry's `args` "
+        "kept; containerd: a drop-in only (the main file is never written; a note names the "
+        "`imports` line it needs), config versions 2 and 3, `runtime_type` always set, no "
+        "`runtime_root`/`runtime_engine`; crio: a drop-in in crio.conf.d; podman: the hooks.d "
+        "file with an explicit env and `when: always`; a file that does not parse is "
+        "refused, output is read back before it is written, a second run changes nothing",
+        "daemons resolve a bare name on their own PATH at their start; rewriting containerd's "
+        "main config and drop-ins without `runtime_type` are NVIDIA bugs users hit "
+        "(painpoints 7)",
     ),
 )
