@@ -61,7 +61,7 @@ def is_runtime_mount(entry: PlanEntry) -> bool:
 
 def is_device_node(entry: PlanEntry) -> bool:
     """A character device node that a runtime can create from `linux.devices`."""
-    return isinstance(entry, Bind) and entry.kind is SourceKind.DEVICE and entry.rdev is not None
+    return isinstance(entry, Bind) and entry.kind == SourceKind.DEVICE and entry.rdev is not None
 
 
 def runtime_share(plan: MountPlan) -> tuple[tuple[Bind, ...], tuple[Bind, ...],

@@ -215,7 +215,7 @@ def test_sim_procfs_stands_in_for_the_kernel_module(sim_root: SimRoot, rootfs: P
         assert os.listdir(t.view("/proc/driver/nvidia/gpus")) == [sim_root.gpus[2].proc_bus_id]
 
 
-@pytest.mark.parametrize("fault", ["mount sim procfs", "mount procfs view", "ldconfig"])
+@pytest.mark.parametrize("fault", ["mount sim procfs", "mount procfs view", "cgroup allow"])
 def test_sim_procfs_is_rolled_back(sim_root: SimRoot, rootfs: Path, cgroup: str,
                                    fault: str) -> None:
     with container(rootfs, cgroup, sim_step=False) as t:

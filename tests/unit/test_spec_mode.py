@@ -58,7 +58,7 @@ def test_round_trip_leaves_the_hook_only_what_a_runtime_cannot_do(plan: MountPla
     share = hook_share(plan, delivered_by_spec(spec))
     assert share.device_rules == ()
     assert not [e for e in share.entries if isinstance(e, Bind)
-                and (e.what in RUNTIME_MOUNTS or e.kind is SourceKind.DEVICE)]
+                and (e.what in RUNTIME_MOUNTS or e.kind == SourceKind.DEVICE)]
     kept = {type(e) for e in share.entries}
     assert {Tmpfs, WriteFile, Symlink} <= kept  # procfs view, its files, the links
     assert share.ldconfig_dirs == plan.ldconfig_dirs and share.gpus == plan.gpus
@@ -76,7 +76,7 @@ def test_an_unedited_spec_leaves_the_plan_whole(plan: MountPlan) -> None:
 
 def test_no_devbind_drops_device_nodes_only(plan: MountPlan) -> None:
     share = hook_share(plan, Delivered(all_devices=True))
-    assert not [e for e in share.entries if isinstance(e, Bind) and e.kind is SourceKind.DEVICE]
+    assert not [e for e in share.entries if isinstance(e, Bind) and e.kind == SourceKind.DEVICE]
     assert share.device_rules == plan.device_rules
 
 
