@@ -86,6 +86,8 @@ class Run:
         from nvmount.fs.rootfs import Root
 
         self.handle.check_alive()
+        if self.options.sim_procfs:  # imported before setns: the container may be pivoted
+            from nvmount.apply import simproc
         host_peers = peer_groups(procfs)  # before setns: the peer groups of the host
         sources = clone_sources(self.plan, self.libc, self.faults)
         try:
@@ -96,10 +98,8 @@ class Run:
                 self.root = root
                 root.check_proc_mounted()
                 if self.options.sim_procfs:
-                    from nvmount.apply.simproc import mount_sim_proc_driver
-
-                    mount_sim_proc_driver(root, self.mounts, self.libc, procfs,
-                                          faults=self.faults, host_peers=host_peers)
+                    simproc.mount_sim_proc_driver(root, self.mounts, self.libc, procfs,
+                                                  faults=self.faults, host_peers=host_peers)
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
                                      faults=self.faults, host_peers=host_peers)
