@@ -15,7 +15,13 @@ import pytest
 
 from nvhook.demo.bundle import Runc, container_cgroup_dirs
 from nvhook.demo.rootfs import RootfsFlavor
-from tests.fixtures.containers import CGROUP2_RUNC, GpuRig, HostSnapshot, created_container
+from tests.fixtures.containers import (
+    CGROUP2_RUNC,
+    ContainerFactory,
+    GpuRig,
+    HostSnapshot,
+    created_container,
+)
 from tests.fixtures.expected import (
     ALL_CAPS,
     Expected,
@@ -233,3 +239,17 @@ def test_manual_prestart_against_created_container(gpu: GpuRig, runc_default: Ru
         out, err = ctr.start_and_wait()
     assert gpu.sim.gpus[4].uuid in out, out + err
     assert "nvidia4" in out.split() and "nvidia0" not in out.split()
+
+
+def test_manual_prestart_gives_a_pivoted_container_its_proc_driver(
+    gpu: GpuRig, containers: ContainerFactory, runc_default: Runc
+) -> None:
+    """No sim step at all: the hook's `sim-procfs` mounts /proc/driver in a container that
+    `runc create` has already pivoted (nothing may be imported from inside its namespace)."""
+    bundle = containers.bundle(["/bin/sh", "-c", "nvidia-smi -L"],
+                               env=["NVIDIA_VISIBLE_DEVICES=5"])
+    with created_container(bundle, runc_default, tag="manual-sim") as ctr:
+        hook = gpu.run_hook({"pid": ctr.pid, "bundle": str(bundle)}, bundle)
+        assert hook.returncode == 0, hook.stderr
+        out, err = ctr.start_and_wait()
+    assert out.split("\n")[0].endswith(f"(UUID: {gpu.sim.gpus[5].uuid})"), out + err
