@@ -216,6 +216,9 @@ def test_errors_go_to_stderr_and_the_json_log(
     fake: tuple[Path, Path, dict[str, str]], tmp_path: Path
 ) -> None:
     _, _, env = fake
+    config = Path(env["NVIDIA_CTK_CONFIG_FILE_PATH"])
+    debug_log = tmp_path / "logs" / "runtime.log"
+    config.write_text(config.read_text().replace('"/dev/null"', f'"{debug_log}"'))
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "config.json").write_text(json.dumps({
@@ -229,6 +232,10 @@ def test_errors_go_to_stderr_and_the_json_log(
                            "(allowed '')\n")
     record = json.loads(log.read_text().splitlines()[-1])
     assert record["level"] == "error" and "unsupported capabilities" in record["msg"]
+    text = debug_log.read_text()  # the config's debug file: logrus text lines
+    assert text.startswith('time="') and ' level=error msg="unsupported capabilities' in text
+    assert (debug_log.stat().st_mode & 0o777, debug_log.parent.stat().st_mode & 0o777) == (
+        0o644, 0o755)
 
 
 def test_config_json_must_be_a_regular_file(
