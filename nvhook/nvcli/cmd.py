@@ -247,3 +247,7 @@ def engine_request(parsed: Parsed) -> EngineRequest:
         mig_config=",".join(_list(o, "mig-config")) or None,
         mig_monitor=",".join(_list(o, "mig-monitor")) or None,
         imex_channels=channels)
+
+
+def entry() -> None:  # pragma: no cover - console script
+    sys.exit(main(sys.argv[1:], cwd=os.getcwd()))
