@@ -195,6 +195,9 @@ def configure_container(
     timer = timer or PhaseTimer()
     if options.limit_privileges:
         P.limit_permitted()
+    from nvmount.ldcache.setting import resolve_ldconfig
+
+    resolve_ldconfig(options.ldconfig)  # a refused setting fails before any change
     with timer.phase("inventory"), P.stage(P.Stage.INIT):
         inventory = discover(options, faults, mig_minors=needs_mig_minors(request))
         selection = select_and_check(inventory, request)

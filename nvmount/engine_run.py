@@ -60,7 +60,7 @@ class Run:
                 cgroup = self._cgroup()
             with self.timer.phase("ldcache"), P.stage(P.Stage.LDCACHE):
                 ldconfig, ldcache = self._ldcache(procfs)
-                self._still_alive("after ldconfig")
+                self._still_alive("after ldconfig" if ldconfig else "after the ld.so.cache")
         except BaseException as err:
             self._rollback(err)
             raise
@@ -171,7 +171,8 @@ class Run:
         return done
 
     def _ldconfig(self) -> LdconfigResult:
-        from nvmount.ldcache.ldconfig import resolve_ldconfig, run_ldconfig
+        from nvmount.ldcache.ldconfig import run_ldconfig
+        from nvmount.ldcache.setting import resolve_ldconfig
 
         path = resolve_ldconfig(self.options.ldconfig)
         try:

@@ -232,7 +232,8 @@ def test_f19_ldconfig_helper_has_only_stdio_and_no_host(rig: AttackRig, oracle: 
     `lo`, no /proc (nothing of the host through /proc/1/root), no block device."""
     probe = compile_tool("fdprobe", tools_dir, static=True)
     config = rig.config(replace={"[nvidia-container-cli]\n":
-                                 f'[nvidia-container-cli]\nldconfig = "@{probe}"\n'})
+                                 f'[nvidia-container-cli]\nldconfig = "@{probe}"\n',
+                                 "[nvhook]\n": '[nvhook]\nldcache = "ldconfig"\n'})
     out = rig.start(PROBE + "; echo @@probe; cat /tmp/fdprobe.txt", config=config)
     out.assert_contained()
     assert out.ok, out.describe()

@@ -27,8 +27,9 @@ import pytest
 from nvmount._libc import Libc
 from nvmount.discover.ldcache import read_ldcache
 from nvmount.errors import LdcacheError
-from nvmount.ldcache.ldconfig import LdconfigResult, resolve_ldconfig, run_ldconfig, seal_binary
+from nvmount.ldcache.ldconfig import LdconfigResult, run_ldconfig, seal_binary
 from nvmount.ldcache.sandbox import SandboxLimits
+from nvmount.ldcache.setting import resolve_ldconfig
 from tests.fixtures.containers import host_mountinfo, open_fd_count
 from tests.fixtures.privns import sleeper
 
