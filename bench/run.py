@@ -1,44 +1,46 @@
-"""Container start-time benchmark: runc with and without the nvhook prestart hook.
+"""Container start-time benchmark: what the nvhook prestart hook adds to `runc run`, side by
+side with NVIDIA's stack (when built) in the same run.
 
-    sudo .venv/bin/python bench/run.py [-n 20] [--gpus 1,8,64] [--rss-runs 5] [--out bench/results]
+    sudo .venv/bin/python bench/run.py [-n 20] [--gpus 1,8,64] [--no-load] [--out DIR]
+    sudo .venv/bin/python bench/run.py --wrapper      (the runtime wrapper: bench/wrapper.py)
 
-Series (each: one warm-up, then N `runc run` of /bin/true, a fresh rootfs copy per run, untimed):
-  - runc alone (no hook),
-  - runc + the simulated driver's prestart step alone (it provides /proc/driver; the sim's cost),
-  - runc + sim step + nvhook (NVIDIA_VISIBLE_DEVICES=all) for each simulated GPU count.
-For the nvhook series the hook writes one timing record per container to the config's
-`[nvhook] timing-log`; the per-phase medians come from there. A separate pass runs the hook
-under a fork/wait4 wrapper to get its process wall time and peak RSS. The hook is the launcher
-that `nvhook install` writes (/usr/bin/python3 -I -S). Not a test: figures, not assertions.
+Series, measured round-robin (bench/series.py; wall time and CPU time of `runc run` of
+/bin/true with its hooks):
+  - runc, no hook;                       - the Python floor (a hook that only reads stdin);
+  - the simulated driver's /proc/driver step alone (the baseline of every GPU series: a real
+    driver's kernel module provides /proc/driver, so this step does not exist on a GPU host);
+  - nvhook for a container that wants no GPU;   - NVIDIA's hook for one (if built);
+  - sim step + nvhook, N GPUs (NVIDIA_VISIBLE_DEVICES=all, utility+compute) for each N;
+  - sim step + NVIDIA's hook + nvidia-container-cli, 8 GPUs (if built).
+Then (not with --no-load): the hook's peak RSS and process time (a fork/wait4 wrapper), 8 and
+32 simultaneous 8-GPU starts, and the 8-GPU series again with 1000 extra host mounts.
+"Added" = a series' median minus its baseline's (no hook, or the sim step). Figures, not
+assertions; compare only figures from the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-from nvhook.demo.bundle import (
-    HookEntry,
-    Runc,
-    container_spec,
-    new_container_id,
-    runc_run,
-    write_bundle,
-)
-from nvhook.demo.driver import DriverSetup, create_sim_driver, install_hook, nvhook_hook_entry
+sys.path.insert(0, str(Path(__file__).parent))
+from peer import find_peer, peer_config, peer_hook_entry
+from series import Rig, Series, floor_hook
+
+from nvhook.demo.bundle import HookEntry
+from nvhook.demo.driver import create_sim_driver, install_hook, nvhook_hook_entry
 from nvhook.demo.rootfs import build_rootfs
 
-PHASES = ("config", "spec", "inventory", "plan", "mounts", "ldcache", "cgroup")
+GPU_ENV = ("NVIDIA_VISIBLE_DEVICES=all",)
 RSS_WRAPPER = """\
 import json, os, sys, time
 out, argv = sys.argv[1], sys.argv[2:]
@@ -48,98 +50,129 @@ if pid == 0:
     os.execv(argv[0], [os.path.basename(argv[0]), *argv[1:]])
 _, status, ru = os.wait4(pid, 0)
 with open(out, "a") as f:
-    f.write(json.dumps({"maxrss_kib": ru.ru_maxrss, "wall_s": time.monotonic() - t0}) + "\\n")
+    f.write(json.dumps({"maxrss_kib": ru.ru_maxrss, "wall_s": time.monotonic() - t0,
+                        "cpu_s": ru.ru_utime + ru.ru_stime}) + "\\n")
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def summary_ms(values: Sequence[float]) -> dict[str, float]:
-    ms = [v * 1000 for v in values]
-    return {"median": statistics.median(ms), "p90": percentile(ms, 0.9),
-            "min": min(ms), "max": max(ms)}
-
-
 class Bench:
-    def __init__(self, work: Path, runs: int) -> None:
+    def __init__(self, work: Path, gpus: list[int]) -> None:
         self.work = work
-        self.runs = runs
-        self.runc = Runc()
-        self.rootfs = build_rootfs(work / "rootfs")
+        self.rig = Rig(work, build_rootfs(work / "rootfs"))
         self.launcher = install_hook(work / "prefix")
+        self.sims = {n: self._sim(n) for n in gpus}
+        self.peer = find_peer()
 
-    def time_series(self, name: str, hooks: Sequence[HookEntry], env: Sequence[str]) -> list[float]:
-        """Warm-up + N timed `runc run` of /bin/true; each run gets a fresh bundle."""
-        spec = container_spec(["/bin/true"], env, prestart=hooks)
-        times = []
-        for i in range(self.runs + 1):
-            bundle = self.work / f"b-{name}-{i}"
-            write_bundle(bundle, self.rootfs, spec)
-            start = time.monotonic()
-            res = runc_run(bundle, new_container_id("bench"), runc=self.runc)
-            elapsed = time.monotonic() - start
-            if res.returncode != 0:
-                raise SystemExit(f"bench: {name}: container failed\n{res.describe()}")
-            shutil.rmtree(bundle)
-            if i:  # run 0 is the warm-up
-                times.append(elapsed)
-        return times
-
-    def sim(self, gpus: int) -> tuple[DriverSetup, Path]:
-        """A simulated driver with `gpus` GPUs and a config copy that asks for timing records."""
-        sim = create_sim_driver(self.work / f"sim-{gpus}", gpus, self.launcher)
-        log = self.work / f"timing-{gpus}.jsonl"
+    def _sim(self, gpus: int) -> tuple[Path, Path, HookEntry]:
+        """(sim root, nvhook config with a timing log, the sim's /proc/driver step)."""
+        setup = create_sim_driver(self.work / f"sim-{gpus}", gpus, self.launcher)
+        assert setup.config is not None
+        text = setup.config.read_text().replace("sim-procfs = true", "sim-procfs = false")
         config = self.work / f"config-{gpus}.toml"
-        if sim.config is None:
-            raise SystemExit(f"bench: nvhook sim create {sim.root} wrote no config.toml")
-        config.write_text(with_timing_log(sim.config.read_text(), log))
-        return sim, config
+        config.write_text(text.replace("[nvhook]\n", f'[nvhook]\ntiming-log = '
+                                                     f'"{self.work}/timing-{gpus}.jsonl"\n'))
+        step = setup.prestart[0]
+        step = HookEntry(step.path, (*step.args, "--with-nvidia-dir"), step.env)
+        return setup.root, config, step
 
-    def rss_pass(self, sim: DriverSetup, config: Path, runs: int) -> list[dict[str, float]]:
+    def hook(self, gpus: int) -> HookEntry:
+        return nvhook_hook_entry(self.launcher, self.sims[gpus][1])
+
+    def main_series(self) -> dict[str, Series]:
+        n0 = min(self.sims)
+        step = self.sims[n0][2]
+        out = {"runc, no hook": Series("base"),
+               "Python floor (reads stdin)": Series("floor", (floor_hook(self.work),)),
+               "sim step": Series("sim", (step,)),
+               "nvhook, no GPU wanted": Series("nvhook-none", (self.hook(n0),))}
+        if self.peer:
+            config = peer_config(self.work, self.sims[n0][0], self.peer[1], n0)
+            out["NVIDIA, no GPU wanted"] = Series("nv-none", (peer_hook_entry(self.peer[0],
+                                                                              config),))
+        for n, (root, _, sim_step) in self.sims.items():
+            out[f"sim step + nvhook, {n} GPU"] = Series(f"nvhook-{n}", (sim_step, self.hook(n)),
+                                                        GPU_ENV)
+            if self.peer and n == 8:
+                config = peer_config(self.work, root, self.peer[1], n)
+                out[f"sim step + NVIDIA, {n} GPU"] = Series(
+                    f"nv-{n}", (sim_step, peer_hook_entry(self.peer[0], config)), GPU_ENV)
+        return out
+
+    def rss(self, gpus: int, runs: int) -> list[dict[str, float]]:
         wrapper = self.work / "rsswrap.py"
         wrapper.write_text(RSS_WRAPPER)
-        out = self.work / f"rss-{config.stem}.jsonl"
-        hook = nvhook_hook_entry(self.launcher, config)
-        wrapped = HookEntry("/usr/bin/python3",
-                            ("python3", "-I", "-S", str(wrapper), str(out), hook.path,
-                             *hook.args[1:]))
-        spec = container_spec(["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=all"],
-                              prestart=[*sim.prestart, wrapped])
-        for i in range(runs):
-            bundle = self.work / f"rss-{config.stem}-{i}"
-            write_bundle(bundle, self.rootfs, spec)
-            res = runc_run(bundle, new_container_id("bench"), runc=self.runc)
-            if res.returncode != 0:
-                raise SystemExit(f"bench: rss pass failed\n{res.describe()}")
-            shutil.rmtree(bundle)
+        out = self.work / f"rss-{gpus}.jsonl"
+        hook = self.hook(gpus)
+        wrapped = HookEntry("/usr/bin/python3", ("python3", "-I", "-S", str(wrapper), str(out),
+                                                 hook.path, *hook.args[1:]))
+        series = Series("rss", (self.sims[gpus][2], wrapped), GPU_ENV)
+        for _ in range(runs):
+            if not self.rig.run_once(series).ok:
+                raise SystemExit("bench: the RSS pass failed")
         return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def with_timing_log(config_text: str, log: Path) -> str:
-    """The config text with `[nvhook] timing-log` set to `log` (other keys kept)."""
-    line = f'timing-log = "{log}"'
-    out, in_table, done = [], False, False
-    for raw in config_text.splitlines():
-        stripped = raw.strip()
-        if stripped.startswith("["):
-            in_table = stripped == "[nvhook]"
-            if in_table:
-                out.append(raw)
-                out.append(line)
-                done = True
-                continue
-        if in_table and stripped.startswith("timing-log"):
-            continue
-        out.append(raw)
-    if not done:
-        out += ["", "[nvhook]", line]
-    return "\n".join(out) + "\n"
+def host_mounts(work: Path, count: int) -> None:
+    """This process (and the runc it starts) in a private mount namespace with `count` extra
+    tmpfs mounts, as on a busy host."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x00020000) != 0 or libc.mount(b"none", b"/", None, 0x40000 | 0x4000,
+                                                   None) != 0:
+        raise SystemExit("bench: cannot make a private mount namespace")
+    for i in range(count):
+        target = work / "mnt" / str(i)
+        target.mkdir(parents=True)
+        if libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", 0, b"size=64k") != 0:
+            raise SystemExit(f"bench: mount {target}: errno {ctypes.get_errno()}")
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="nvhook-bench-"))
+    try:
+        bench = Bench(work, args.gpus)
+        series = bench.main_series()
+        bench.rig.measure(list(series.values()), args.runs)
+        results: dict[str, object] = {"runs": args.runs, "host": host_info(bench.peer),
+                                      "series": {k: figures(s) for k, s in series.items()}}
+        if not args.no_load and 8 in bench.sims:
+            results.update(load_figures(bench, series, args))
+        results["phases_ms"] = {n: phase_medians(work / f"timing-{n}.jsonl") for n in args.gpus}
+        return results
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def load_figures(bench: Bench, series: dict[str, Series],
+                 args: argparse.Namespace) -> dict[str, object]:
+    rss = bench.rss(8, args.rss_runs)
+    out: dict[str, object] = {"rss_8gpu": {
+        "peak_rss_mib": max(r["maxrss_kib"] for r in rss) / 1024,
+        "hook_wall_ms": sorted(r["wall_s"] * 1000 for r in rss)[len(rss) // 2],
+        "hook_cpu_ms": sorted(r["cpu_s"] * 1000 for r in rss)[len(rss) // 2]}}
+    gpu8 = series["sim step + nvhook, 8 GPU"]
+    conc = {}
+    for count in (8, 32):
+        failures, wall, cpu = bench.rig.concurrent(Series("conc", gpu8.hooks, GPU_ENV), count)
+        conc[str(count)] = {"failures": failures, "median_wall_ms": wall, "cpu_per_start_ms": cpu}
+    out["concurrent_8gpu"] = conc
+    pid = os.fork()
+    if pid == 0:  # the mounts stay in this child's namespace
+        host_mounts(bench.work, 1000)
+        again = {"sim step": Series("sim", series["sim step"].hooks),
+                 "8 GPU": Series("gpu8", gpu8.hooks, GPU_ENV)}
+        bench.rig.measure(list(again.values()), max(5, args.runs // 2))
+        (bench.work / "mounts.json").write_text(json.dumps({k: figures(s) for k, s in
+                                                            again.items()}))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    out["with_1000_host_mounts"] = json.loads((bench.work / "mounts.json").read_text())
+    return out
+
+
+def figures(s: Series) -> dict[str, object]:
+    return {"wall_ms": s.wall_ms, "cpu_ms": s.cpu_ms, "failures": s.failures}
 
 
 def phase_medians(log: Path) -> dict[str, float]:
@@ -147,98 +180,28 @@ def phase_medians(log: Path) -> dict[str, float]:
     per: dict[str, list[float]] = {}
     for line in log.read_text().splitlines() if log.exists() else []:
         rec = json.loads(line)
-        phases = rec.get("phases_ms", rec.get("phases", {}))
-        for key, value in phases.items():
+        for key, value in rec.get("phases_ms", {}).items():
             per.setdefault(key, []).append(float(value))
-        if "total_ms" in rec:
-            per.setdefault("total", []).append(float(rec["total_ms"]))
-    return {k: statistics.median(v) for k, v in per.items()}
+        per.setdefault("total", []).append(float(rec.get("total_ms", 0)))
+    return {k: sorted(v)[len(v) // 2] for k, v in per.items()}
 
 
-def run_bench(args: argparse.Namespace) -> dict[str, object]:
-    work = Path(tempfile.mkdtemp(prefix="nvhook-bench-"))
-    try:
-        bench = Bench(work, args.runs)
-        results: dict[str, object] = {"runs": args.runs, "host": host_info(), "series": {}}
-        series: dict[str, object] = results["series"]  # type: ignore[assignment]
-        series["runc, no hook"] = {"start_ms": summary_ms(bench.time_series("base", (), ()))}
-        sims = {n: bench.sim(n) for n in args.gpus}
-        first_sim = sims[args.gpus[0]][0]
-        series["runc + sim step"] = {"start_ms": summary_ms(
-            bench.time_series("sim", first_sim.prestart, ()))}
-        for n, (sim, config) in sims.items():
-            hooks = (*sim.prestart, nvhook_hook_entry(bench.launcher, config))
-            times = bench.time_series(f"hook{n}", hooks, ["NVIDIA_VISIBLE_DEVICES=all"])
-            rss = bench.rss_pass(sim, config, args.rss_runs)
-            series[f"runc + sim step + nvhook, {n} GPU"] = {
-                "gpus": n,
-                "start_ms": summary_ms(times),
-                "phases_ms": phase_medians(Path(str(config).replace("config-", "timing-"))
-                                           .with_suffix(".jsonl")),
-                "hook_process_ms": summary_ms([r["wall_s"] for r in rss]),
-                "hook_peak_rss_mib": max(r["maxrss_kib"] for r in rss) / 1024,
-            }
-        return results
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def host_info() -> dict[str, object]:
-    runc_version = subprocess.run([str(Runc().binary), "--version"], capture_output=True,
-                                  text=True, check=False).stdout.splitlines()[:1]
+def host_info(peer: object) -> dict[str, object]:
+    runc = subprocess.run(["runc", "--version"], capture_output=True, text=True, check=False)
     return {"kernel": platform.release(), "cpus": os.cpu_count(),
-            "python": subprocess.run(["/usr/bin/python3", "--version"], capture_output=True,
-                                     text=True, check=False).stdout.strip(),
-            "runc": runc_version[0] if runc_version else "?",
-            "load": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-
-
-def markdown(results: dict[str, object]) -> str:
-    series: dict[str, dict[str, object]] = results["series"]  # type: ignore[assignment]
-    host: dict[str, object] = results["host"]  # type: ignore[assignment]
-    sim_step = series.get("runc + sim step", {}).get("start_ms")
-    sim_median = sim_step["median"] if isinstance(sim_step, dict) else None
-    out = [f"{results['runs']} timed `runc run` of /bin/true per series (after 1 warm-up); "
-           f"{host['date']}, kernel {host['kernel']}, {host['cpus']} CPUs, {host['python']}, "
-           f"{host['runc']}, load average {host['load']:.1f}", "",
-           "| series | start median (ms) | start p90 (ms) | added by nvhook (ms) "
-           "| hook process median (ms) | hook peak RSS (MiB) |", "|---|---|---|---|---|---|"]
-    for name, s in series.items():
-        st: dict[str, float] = s["start_ms"]  # type: ignore[assignment]
-        hp: dict[str, float] | None = s.get("hook_process_ms")  # type: ignore[assignment]
-        rss = s.get("hook_peak_rss_mib")
-        added = (f"{st['median'] - sim_median:.1f}" if hp and sim_median is not None else "-")
-        hp_text = f"{hp['median']:.1f}" if hp else "-"
-        rss_text = f"{rss:.1f}" if isinstance(rss, float) else "-"
-        out.append(f"| {name} | {st['median']:.1f} | {st['p90']:.1f} | {added} | {hp_text} "
-                   f"| {rss_text} |")
-    out += _phase_table(series)
-    return "\n".join(out) + "\n"
-
-
-def _phase_table(series: dict[str, dict[str, object]]) -> list[str]:
-    phased = [s for s in series.values() if s.get("phases_ms")]
-    if not phased:
-        return []
-    seen = {k for s in phased for k in s["phases_ms"]}  # type: ignore[attr-defined]
-    keys = [p for p in PHASES if p in seen] + sorted(seen - {*PHASES, "total"})
-    keys += ["total"] if "total" in seen else []
-    out = ["", "Hook phases, median ms over the same runs (the hook's timing-log records; "
-           "total = from the hook's first line to its record):", "",
-           "| GPUs | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-    for s in phased:
-        ph: dict[str, float] = s["phases_ms"]  # type: ignore[assignment]
-        out.append(f"| {s['gpus']} | " + " | ".join(
-            f"{ph[k]:.1f}" if k in ph else "-" for k in keys) + " |")
-    return out
+            "python": platform.python_version(), "runc": (runc.stdout.splitlines() or ["?"])[0],
+            "load": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "nvidia": "built" if peer else "absent (../shared/tools/peer/build.sh, or set "
+                                           "PEER_HOOK and PEER_CLI)"}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--runs", type=int, default=20, help="timed runs per series")
+    parser.add_argument("-n", "--runs", type=int, default=20, help="timed rounds")
     parser.add_argument("--gpus", default="1,8,64", help="simulated GPU counts (comma list)")
-    parser.add_argument("--rss-runs", type=int, default=5, help="runs of the RSS/wall pass")
+    parser.add_argument("--rss-runs", type=int, default=5, help="runs of the RSS pass")
+    parser.add_argument("--no-load", action="store_true",
+                        help="skip RSS, concurrency and 1000-mount figures")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--wrapper", action="store_true",
@@ -251,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     args.gpus = [int(x) for x in args.gpus.split(",") if x]
     if os.geteuid() != 0:
         raise SystemExit("bench: must run as root (sudo .venv/bin/python bench/run.py)")
+    from report import markdown  # bench/report.py
+
     results = run_bench(args)
-    table = markdown(results)
-    sys.stdout.write(table)
+    sys.stdout.write(markdown(results))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = out / time.strftime("bench-%Y%m%d-%H%M%S.json")

@@ -69,7 +69,7 @@ def mount_sim_proc_driver(root: Root, journal: Journal, libc: Libc, procfs: Proc
     finally:
         os.close(fd)
     try:
-        mnt_id: int | None = procfs.mount_id(tree)
+        mnt_id: int | None = mounts.mount_identity(tree, procfs, libc)
     except OSError:
         mnt_id = None
     journal.record(f"mount sim procfs {TARGET}", lambda: mounts.detach(

@@ -31,7 +31,7 @@ from nvmount.apply import mounts
 from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
 from nvmount.faults import Faults
 from nvmount.log import get_logger
-from nvmount.plan.types import Bind, MountFlag, MountPlan, Symlink, Tmpfs, WriteFile
+from nvmount.plan.types import Bind, MountFlag, MountPlan, SourceKind, Symlink, Tmpfs, WriteFile
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -153,7 +153,7 @@ class _Applier:
 
     def mounted(self, fd: int, target: str) -> None:
         try:
-            mnt_id: int | None = self.procfs.mount_id(fd)
+            mnt_id: int | None = mounts.mount_identity(fd, self.procfs, self.libc)
         except OSError:
             mnt_id = None
         self.journal.record(f"mount {target}", lambda: mounts.detach(
@@ -279,9 +279,13 @@ def apply_plan(
     fds = list(sources.values())
     journal.on_close(lambda: close_fds(fds))
     applier = _Applier(root, sources, journal, libc, procfs, owner, faults, host_peers)
+    root.remember_dirs(True)
     try:
         for entry in plan.entries:
             applier.run(entry)
+            if isinstance(entry, Tmpfs) or (isinstance(entry, Bind)
+                                             and entry.kind is SourceKind.DIRECTORY):
+                root.remember_dirs(True)  # a directory was covered: walk again
         applier.seal()
     except BaseException as err:
         failures = journal.rollback()
@@ -289,6 +293,8 @@ def apply_plan(
             err.add_note("rollback incomplete: " + "; ".join(failures))
             log.error("rollback after a failed mount left things behind: %s", failures)
         raise
+    finally:
+        root.remember_dirs(False)
     counts = applier.counts
     log.info("applied %d mounts, %d files, %d symlinks in %s", counts["mounts"], counts["files"],
              counts["symlinks"], root.host_path)

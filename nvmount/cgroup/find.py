@@ -107,6 +107,11 @@ def parse_mountinfo(text: str) -> tuple[MountEntry, ...]:
     return tuple(out)
 
 
+def cgroup_lines(text: str) -> str:
+    """The mountinfo lines of cgroup filesystems only (a host may have a thousand mounts)."""
+    return "\n".join(line for line in text.split("\n") if " - cgroup" in line)
+
+
 def _below(path: str, root: str) -> str | None:
     """`path` relative to a mount whose root is `root` ("/" = the mount point itself)."""
     if root.startswith("/..") or ".." in path.split("/"):
@@ -174,7 +179,7 @@ def find_cgroup(pid: int, proc_root: str = "/proc",
     mi_path = f"{proc_root}/{mountinfo_pid if mountinfo_pid else 'self'}/mountinfo"
     try:
         lines = parse_proc_cgroup(_read(cg_path))
-        mounts = parse_mountinfo(_read(mi_path))
+        mounts = parse_mountinfo(cgroup_lines(_read(mi_path)))
     except OSError as err:
         raise CgroupError(f"read {err.filename}: {err.strerror} "
                           f"(is process {pid} still running?)") from err

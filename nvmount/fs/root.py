@@ -35,6 +35,7 @@ class RootDir(FdOwner):
     def __init__(self, fd: int, host_path: str, prefix: str, libc: Libc, procfs: ProcFs,
                  owns_procfs: bool) -> None:
         self.fd = fd
+        self._dir_cache: dict[str, int] | None = None  # see rootfs.Root.remember_dirs
         self.host_path = host_path
         self.prefix = prefix  # readlink of our fd: what kernel paths inside the root start with
         self.libc = libc
@@ -180,6 +181,12 @@ class RootDir(FdOwner):
 
     def _error(self, op: str, path: str, err: OSError) -> PathError:
         return PathError(f"{op} {show(path)} in rootfs {self.host_path}: {cause(err)}")
+
+    def close(self) -> None:
+        for fd in (self._dir_cache or {}).values():
+            os.close(fd)
+        self._dir_cache = None
+        super().close()
 
     def owned(self) -> tuple[FdOwner, ...]:
         return (self._procfs,) if self._owns_procfs else ()

@@ -116,7 +116,7 @@ class Root(RootDir):
         parent, name = split_leaf(path)
         walker = Walker(self, uid, gid, 0o755)
         try:
-            pfd = walker.walk(parent)
+            pfd = self._parent(walker, parent)
             try:
                 fd = walker.leaf_file(pfd, name, mode, reuse)
             finally:
@@ -127,6 +127,27 @@ class Root(RootDir):
             self._undo(walker.created)
             raise
         return fd, tuple(walker.created)
+
+    def _parent(self, walker: Walker, parent: str) -> int:
+        """A directory fd for `parent`: walked once, then reused while `remember_dirs` is on
+        (many driver files share a directory). A reused fd is re-verified inside the rootfs
+        by the leaf step (`real_path`) before anything is created in it."""
+        cache = self._dir_cache
+        if cache is None:
+            return walker.walk(parent)
+        fd = cache.get(parent)
+        if fd is None:
+            fd = walker.walk(parent)
+            cache[parent] = os.dup(fd)
+            return fd
+        return os.dup(fd)
+
+    def remember_dirs(self, on: bool) -> None:
+        """Reuse walked parent directories for file mount points (`_parent`); switch off (or
+        call again) whenever a mount may have covered a directory already walked."""
+        for fd in (self._dir_cache or {}).values():
+            os.close(fd)
+        self._dir_cache = {} if on else None
 
     def symlink(self, path: str, link_text: str, uid: int = 0, gid: int = 0) -> tuple[Created, ...]:
         """Create symlink `path` -> `link_text` (symlinkat to a temp name, renameat2 NOREPLACE).

@@ -21,6 +21,7 @@ from nvmount.apply.mounts import (
     is_shared,
     make_tmpfs,
     mount_attrs,
+    mount_identity,
     shared_groups,
 )
 from nvmount.apply.namespace import entered
@@ -188,7 +189,7 @@ def _attach_into_staged(pid: int, host: str, rootfs: str) -> dict[str, object]:
         except OSError as err:
             out["write"] = err.errno
         for tree in reversed(trees):
-            detach(tree, libc, procfs, mnt_id=procfs.mount_id(tree))
+            detach(tree, libc, procfs, mnt_id=mount_identity(tree, procfs, libc))
         out["removed"] = [root.remove_created(e) for e in reversed(made)]
     for tree in trees:
         os.close(tree)
@@ -360,7 +361,8 @@ def _detach_wrong_id(rootfs: str, src: str) -> tuple[str, bool]:
         attach(tree, fd, libc)
         os.close(fd)
         try:
-            detach(tree, libc, procfs, mnt_id=procfs.mount_id(tree) + 1000, what="/usr/bin/x")
+            detach(tree, libc, procfs, mnt_id=mount_identity(tree, procfs, libc) + 1000,
+                   what="/usr/bin/x")
         except MountError as err:
             msg = str(err)
         still = is_mounted(f"{rootfs}/usr/bin/x")
