@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from nvhook.flags import GlobalOptions
-    from nvmount.discover.driver import DiscoveryOptions
     from nvmount.discover.inventory import DriverInventory, Gpu
+    from nvmount.discover.options import DiscoveryOptions
     from nvmount.plan.selection import Selection
 
 log = get_logger(__name__)
@@ -152,7 +152,7 @@ def _list_parser() -> _Parser:
 
 
 def main_list(argv: list[str], opts: GlobalOptions) -> int:
-    from nvmount.discover.driver import DiscoveryOptions
+    from nvmount.discover.options import DiscoveryOptions
     from nvmount.plan.selection import select_devices
 
     args = _list_parser().parse_args(argv)

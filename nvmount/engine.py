@@ -32,12 +32,12 @@ JSON line per container (see `nvmount.timing`).
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
 
 from nvmount.engine_run import Run
 from nvmount.engine_types import EngineOptions, EngineRequest, EngineResult
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
+from nvmount.fds import Cleanup
 from nvmount.log import DEBUG, WARNING, get_logger
 from nvmount.plan.types import MountPlan, PlanOptions
 from nvmount.timing import PhaseTimer
@@ -71,28 +71,31 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
     with mig-config or mig-monitor uses it (`needs_mig_minors`)."""
-    from nvmount.discover import driver
+    from nvmount.discover import options as discovery
 
-    opts = driver.DiscoveryOptions(no_persistenced=options.no_persistenced,
+    opts = discovery.DiscoveryOptions(no_persistenced=options.no_persistenced,
                                    no_fabricmanager=options.no_fabricmanager,
                                    no_gsp_firmware=options.no_gsp_firmware,
                                    mig_minors=mig_minors)
-    path_env = driver.binary_search_path()
+    path_env = discovery.binary_search_path()
 
     def run() -> DriverInventory:
         try:
             faults("nvml init")
         except OSError as err:
             raise DriverError(f"nvml init: {err.strerror}") from err
-        return driver.discover_driver(options.root, options.ldcache, options.proc_root,
+        from nvmount.discover.driver import discover_driver
+
+        return discover_driver(options.root, options.ldcache, options.proc_root,
                                       path_env=path_env, options=opts)
 
     if not options.cache_dir or faults.armed or os.geteuid() != 0:
         return run(), "off"
     from nvmount.discover import cache
 
-    key = driver.discovery_key(options.root, options.ldcache, options.proc_root, opts, path_env)
-    watch = driver.watched_paths(options.root, opts, path_env)
+    key = discovery.discovery_key(options.root, options.ldcache, options.proc_root, opts,
+                                  path_env)
+    watch = discovery.watched_paths(options.root, opts, path_env)
     if fresh:
         return cache.refresh(options.cache_dir, key, options.proc_root, watch, run)
     found, hit = cache.cached_inventory(options.cache_dir, key, options.proc_root, watch, run)
@@ -107,12 +110,13 @@ def needs_mig_minors(request: EngineRequest) -> bool:
 
 def select_and_check(inventory: DriverInventory, request: EngineRequest) -> Selection:
     """Device selection and NVIDIA_REQUIRE_* checks; raises before anything is changed."""
-    from nvmount.plan.requirements import check_requirements, requirement_facts
     from nvmount.plan.selection import select_devices
 
     selection = select_devices(inventory.gpus, request.devices, mig_config=request.mig_config,
                                mig_monitor=request.mig_monitor)
     if request.requirements:
+        from nvmount.plan.requirements import check_requirements, requirement_facts
+
         check_requirements(request.requirements, requirement_facts(inventory, selection))
     return selection
 
@@ -157,7 +161,7 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
               *, timer: PhaseTimer | None = None) -> MountPlan | None:
     """The dry run: the plan for `rootfs` (a host path), or None when no driver is found."""
     timer = timer or PhaseTimer()
-    from nvmount.container.open import open_rootfs_readonly
+    from nvmount.container.dryrun import open_rootfs_readonly
     from nvmount.discover.driver import no_driver_reason
 
     with timer.phase("inventory"):
@@ -201,7 +205,7 @@ def configure_container(
     with timer.phase("inventory"), P.stage(P.Stage.INIT):
         inventory = discover(options, faults, mig_minors=needs_mig_minors(request))
         selection = select_and_check(inventory, request)
-    with ExitStack() as stack:
+    with Cleanup() as stack:
         # MOUNT, not CONTAINER: the layout is read through a private procfs clone (SYS_ADMIN)
         with timer.phase("container"), P.stage(P.Stage.MOUNT):
             handle = stack.enter_context(_open_container(pid, rootfs, options, libc))

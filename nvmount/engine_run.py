@@ -14,14 +14,13 @@ from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from contextlib import ExitStack
-
     from nvmount._libc import Libc
     from nvmount.apply.steps import ApplyResult
     from nvmount.cgroup.common import CgroupChange
     from nvmount.container.open import ContainerHandle
     from nvmount.engine_types import EngineOptions
     from nvmount.faults import Faults
+    from nvmount.fds import Cleanup
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
     from nvmount.ldcache.ldconfig import LdconfigResult
@@ -35,7 +34,7 @@ class Run:
     """The effectful part of one `configure_container`, with its two journals."""
 
     def __init__(self, handle: ContainerHandle, plan: MountPlan, options: EngineOptions,
-                 libc: Libc, faults: Faults, timer: PhaseTimer, stack: ExitStack) -> None:
+                 libc: Libc, faults: Faults, timer: PhaseTimer, stack: Cleanup) -> None:
         from nvmount.apply.journal import Journal
 
 

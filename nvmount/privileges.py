@@ -16,16 +16,14 @@ debug log. python-prctl is imported lazily, and only its C module `_prctl` (~0.3
 
 from __future__ import annotations
 
-import importlib
 import os
-from contextlib import contextmanager
 
 from nvmount.choices import Choice, Number, members
 from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
     from types import ModuleType
     from typing import ClassVar
 
@@ -140,7 +138,9 @@ def _prctl() -> ModuleType | None:
     if os.geteuid() != 0:
         log.debug("not root (euid %d): leaving capabilities unchanged", os.geteuid())
         return None
-    return importlib.import_module("_prctl")
+    import _prctl  # type: ignore[import-not-found]  # python-prctl's C module
+
+    return _prctl  # type: ignore[no-any-return]
 
 
 def _all_caps(p: ModuleType) -> list[int]:
@@ -175,19 +175,25 @@ def drop_to(stage: Stage) -> None:
               ",".join(c.name.lower() for c in sorted(STAGE_CAPS[stage])) or "none")
 
 
-@contextmanager
-def stage(which: Stage) -> Iterator[None]:
+class stage:
     """Run a block with `which`'s capabilities effective; restore the previous set after."""
-    p = _prctl()
-    if p is None:
-        yield
-        return
-    before = _current(p, p.CAP_EFFECTIVE)
-    drop_to(which)
-    try:
-        yield
-    finally:
-        _set_effective(p, before)
+
+    __slots__ = ("before", "p", "which")
+
+    def __init__(self, which: Stage) -> None:
+        self.which = which
+        self.p: ModuleType | None = None
+        self.before: set[int] = set()
+
+    def __enter__(self) -> None:
+        self.p = _prctl()
+        if self.p is not None:
+            self.before = _current(self.p, self.p.CAP_EFFECTIVE)
+            drop_to(self.which)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.p is not None:
+            _set_effective(self.p, self.before)
 
 
 def _drop_bounding(p: ModuleType, keep: set[int]) -> None:
@@ -226,7 +232,9 @@ def drop_for_exec(uid: int, gid: int) -> tuple[str, ...]:
     warnings: list[str] = []
     p = _prctl()
     if p is None:  # nothing to drop, but never let the helper gain privileges by exec
-        importlib.import_module("_prctl").prctl(PR_SET_NO_NEW_PRIVS, 1)
+        import _prctl as prctl_module
+
+        prctl_module.prctl(PR_SET_NO_NEW_PRIVS, 1)
         return ("not root: running the helper with the caller's own credentials",)
     p.set_caps([int(Cap.SETPCAP)], [], [], [], [], [])
     p.prctl(p.PR_SET_SECUREBITS, _EXEC_SECUREBITS)

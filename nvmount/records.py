@@ -15,7 +15,7 @@ ClassVar, no __post_init__). Annotations are never evaluated.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from _operator import attrgetter  # the C module: operator.py is not imported
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

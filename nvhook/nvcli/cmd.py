@@ -143,7 +143,8 @@ def _flags(parsed: Parsed) -> dict[str, str | bool]:
 
 def _discover(parsed: Parsed, config: HookConfig) -> DriverInventory:
     from nvhook.engine import engine_options
-    from nvmount.discover.driver import DiscoveryOptions, discover_driver
+    from nvmount.discover.driver import discover_driver
+    from nvmount.discover.options import DiscoveryOptions
 
     options = engine_options(config, cli_flags=_flags(parsed))
     o = parsed.opts

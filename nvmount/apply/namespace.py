@@ -8,15 +8,12 @@ resets root and cwd to the namespace's root: the cwd is restored on the way back
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 
 from nvmount.errors import ContainerError, strerror
 from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from nvmount._libc import Libc
 
 log = get_logger(__name__)
@@ -33,44 +30,54 @@ def same_namespace(a_fd: int, b_fd: int) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-@contextmanager
-def entered(ns_fd: int, libc: Libc) -> Iterator[None]:
+class entered:
     """Run the body inside mount namespace `ns_fd`; always setns back (also on exceptions).
 
     Raises ContainerError if the process has more than one thread or setns fails. The cwd
     is restored afterwards. A failure to return is raised as ContainerError (fatal: the
     process must exit, it is stuck in the container's namespace).
     """
-    from nvmount import _libc
 
-    threads = thread_count()
-    if threads != 1:
-        raise ContainerError(
-            f"enter mount namespace: the process has {threads} threads (setns needs a "
-            "single-threaded process; start no threads before the mount stage)"
-        )
-    own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        cwd = -1
-    try:
+    __slots__ = ("cwd", "libc", "ns_fd", "own")
+
+    def __init__(self, ns_fd: int, libc: Libc) -> None:
+        self.ns_fd, self.libc, self.own, self.cwd = ns_fd, libc, -1, -1
+
+    def __enter__(self) -> None:
+        from nvmount import _libc
+
+        threads = thread_count()
+        if threads != 1:
+            raise ContainerError(
+                f"enter mount namespace: the process has {threads} threads (setns needs a "
+                "single-threaded process; start no threads before the mount stage)"
+            )
+        self.own = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            libc.setns(ns_fd, _libc.CLONE_NEWNS)
+            self.cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            self.cwd = -1
+        try:
+            self.libc.setns(self.ns_fd, _libc.CLONE_NEWNS)
         except OSError as err:
+            self._close()
             raise ContainerError(
                 f"enter mount namespace: setns failed: {strerror(err)} "
                 "(is the container still running?)"
             ) from err
-        log.debug("entered mount namespace (fd %d)", ns_fd)
+        log.debug("entered mount namespace (fd %d)", self.ns_fd)
+
+    def __exit__(self, *exc: object) -> None:
         try:
-            yield
+            _leave(self.own, self.cwd, self.libc)
         finally:
-            _leave(own, cwd, libc)
-    finally:
-        os.close(own)
-        if cwd >= 0:
-            os.close(cwd)
+            self._close()
+
+    def _close(self) -> None:
+        os.close(self.own)
+        if self.cwd >= 0:
+            os.close(self.cwd)
+        self.own = self.cwd = -1
 
 
 def _leave(own: int, cwd: int, libc: Libc) -> None:

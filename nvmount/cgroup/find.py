@@ -17,7 +17,6 @@ Differences from libnvidia-container (libnvc-spec §4):
 from __future__ import annotations
 
 import os
-import re
 
 from nvmount.cgroup.common import CgroupTarget
 from nvmount.errors import CgroupError
@@ -74,14 +73,26 @@ def parse_proc_cgroup(text: str) -> tuple[CgroupLine, ...]:
     return tuple(lines)
 
 
-_OCTAL = re.compile(r"\\([0-7]{3})")
+_OCTAL_DIGITS = frozenset("01234567")
 
 
 def unescape_mountinfo(field: str) -> str:
     """Undo the kernel's octal escapes (`\\040` space, `\\011` tab, `\\012` newline, `\\134`)."""
     if "\\" not in field:
         return field
-    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+    out: list[str] = []
+    at = 0
+    while True:
+        hit = field.find("\\", at)
+        if hit < 0:
+            return "".join(out) + field[at:]
+        digits = field[hit + 1:hit + 4]
+        if len(digits) == 3 and set(digits) <= _OCTAL_DIGITS:
+            out += [field[at:hit], chr(int(digits, 8))]
+            at = hit + 4
+        else:
+            out.append(field[at:hit + 1])
+            at = hit + 1
 
 
 def parse_mountinfo(text: str) -> tuple[MountEntry, ...]:

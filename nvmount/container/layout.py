@@ -6,7 +6,6 @@ forward-compat libraries the image ships, through an opened `Root` (fd-based, in
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import stat
 
@@ -58,7 +57,7 @@ def choose_layout(
 
 def is_compat_lib_name(name: str) -> bool:
     """Whether a directory entry name matches the compat glob `lib*.so.*`."""
-    return fnmatch.fnmatchcase(name, "lib*.so.*")
+    return name.startswith("lib") and name.find(".so.", 3) >= 0  # fnmatch "lib*.so.*"
 
 
 # -- reads --------------------------------------------------------------------------------

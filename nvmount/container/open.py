@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-from contextlib import contextmanager
 
 from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, strerror
@@ -21,11 +20,9 @@ from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from nvmount._libc import Libc
     from nvmount.cgroup.common import CgroupTarget
-    from nvmount.fs.rootfs import Root
 
 log = get_logger(__name__)
 
@@ -281,21 +278,3 @@ def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
             raise ContainerError(f"parse uid_map line {line!r}: expected three numbers")
         triples.append((int(fields[0]), int(fields[1]), int(fields[2])))
     return tuple(triples)
-
-
-@contextmanager
-def open_rootfs_readonly(rootfs: str, libc: Libc) -> Iterator[Root]:
-    """The rootfs opened O_PATH on its host path, verified with a plain procfs fd (the
-    private procfs clone needs privileges a dry run does not have)."""
-    from nvmount import _libc
-    from nvmount.fs.procfs import ProcFs
-    from nvmount.fs.rootfs import Root
-
-    fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    with ProcFs(fd) as procfs:
-        if libc.fstatfs_type(procfs.fd) != _libc.PROC_SUPER_MAGIC:
-            from nvmount.errors import ContainerError
-
-            raise ContainerError("open /proc: not a procfs (mount proc there)")
-        with Root.open(rootfs, libc, procfs=procfs) as root:
-            yield root

@@ -21,40 +21,17 @@ from nvmount.discover import files
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.inventory import DriverInventory, FileKind
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
+from nvmount.discover.options import DEFAULT_PATH, DiscoveryOptions, ipc_path_list
 from nvmount.errors import DriverError, strerror
 from nvmount.log import get_logger
-from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount.capabilities import DriverCapability
     from nvmount.discover._nvml import Nvml, NvmlDevice
 
 log = get_logger(__name__)
 
 NVML_SONAME = "libnvidia-ml.so.1"
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-@record
-class DiscoveryOptions:
-    """libnvc's driver options (§1.1) plus what it reads from its environment."""
-
-    no_glvnd: bool = False
-    no_uvm: bool = False
-    no_modeset: bool = False
-    no_mps: bool = False
-    no_persistenced: bool = False
-    no_fabricmanager: bool = False
-    no_gsp_firmware: bool = False
-    mps_pipe_dir: str | None = None  # None: $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps
-    # read <proc_root>/driver/nvidia-caps/mig-minors (only mig-config/mig-monitor `all` uses
-    # it; the kernel lists ~4300 lines, so a container start that does not ask can skip it)
-    mig_minors: bool = True
-    machine: str | None = None  # None: this machine (selects the ld.so.cache ABI flags)
-    nvml_timeout: float = 30.0  # seconds for the NVML helper process (nvml_worker)
-
-
 def discover_driver(
     root: str = "/",
     ldcache: str = "/etc/ld.so.cache",
@@ -133,7 +110,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
     majors = dev.read_char_majors(proc_root)
     control = dev.control_nodes(droot, majors, dev.NodeOptions(opts.no_uvm, opts.no_modeset),
                                 warnings)
-    ipc = files.find_ipc(droot, _ipc_paths(opts), warnings)
+    ipc = files.find_ipc(droot, ipc_path_list(opts), warnings)
     caps_major = majors.get("nvidia-caps")
     imex_major = majors.get("nvidia-caps-imex-channels")
     gpus = dev.build_gpus(droot, devices, caps_major, warnings)
@@ -150,36 +127,6 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         mig_monitor_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/monitor", caps_major),
         mig_minors=mig_minors, imex_channels=dev.imex_channels(droot, imex_major),
         warnings=tuple(warnings))
-
-
-def binary_search_path() -> str:
-    """Where driver binaries are searched: $PATH, else the standard PATH."""
-    return os.environ.get("PATH", DEFAULT_PATH)
-
-
-def discovery_key(root: str, ldcache: str, proc_root: str, opts: DiscoveryOptions,
-                  path_env: str) -> tuple[object, ...]:
-    """Everything a discovery depends on besides the files it finds (the cache key)."""
-    machine = opts.machine or os.uname().machine
-    return (root, ldcache, proc_root, machine, path_env, tuple(p for p, _ in _ipc_paths(opts)),
-            tuple((f, getattr(opts, f)) for f in ("no_glvnd", "no_uvm", "no_modeset", "no_mps",
-                                                   "no_persistenced", "no_fabricmanager",
-                                                   "no_gsp_firmware", "mig_minors")))
-
-
-def watched_paths(root: str, opts: DiscoveryOptions, path_env: str) -> tuple[str, ...]:
-    """Host paths whose appearance changes a discovery: the IPC candidates, PATH dirs."""
-    droot = DriverRoot(root)
-    ipc = [droot.host(path) for path, _ in _ipc_paths(opts)]
-    dirs = [droot.host(d) for d in path_env.split(":") if d.startswith("/")]
-    return tuple(ipc + dirs)
-
-
-def _ipc_paths(opts: DiscoveryOptions) -> tuple[tuple[str, DriverCapability], ...]:
-    mps = opts.mps_pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or files.MPS_PIPE_DIR
-    return files.ipc_paths(no_persistenced=opts.no_persistenced,
-                           no_fabricmanager=opts.no_fabricmanager, no_mps=opts.no_mps,
-                           mps_pipe_dir=mps)
 
 
 def no_driver_reason(root: str, ldcache: str) -> str | None:

@@ -49,9 +49,6 @@ COMPAT_LIBS = ("libGL.so", "libEGL.so", "libGLESv1_CM.so", "libGLESv2.so")
 UTILITY_BINS = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager")
 COMPUTE_BINS = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 
-PERSISTENCED_SOCKET = "/var/run/nvidia-persistenced/socket"
-FABRICMANAGER_SOCKET = "/var/run/nvidia-fabricmanager/socket"
-MPS_PIPE_DIR = "/tmp/nvidia-mps"
 FIRMWARE_DIR = "/lib/firmware/nvidia/{version}"
 FIRMWARE_GLOB = "gsp*.bin"
 TLS_ABI = (0, 2, 3, 99)  # GNU/Linux 2.3.99: the TLS library of the new ABI
@@ -219,14 +216,3 @@ def find_ipc(root: DriverRoot, wanted: tuple[tuple[str, Cap], ...],
     return tuple(files)
 
 
-def ipc_paths(*, no_persistenced: bool, no_fabricmanager: bool, no_mps: bool,
-              mps_pipe_dir: str) -> tuple[tuple[str, Cap], ...]:
-    """§1.5: which IPC paths to look up and their gates (utility sockets, compute MPS dir)."""
-    out: list[tuple[str, Cap]] = []
-    if not no_persistenced:
-        out.append((PERSISTENCED_SOCKET, Cap.UTILITY))
-    if not no_fabricmanager:
-        out.append((FABRICMANAGER_SOCKET, Cap.UTILITY))
-    if not no_mps:
-        out.append((mps_pipe_dir or MPS_PIPE_DIR, Cap.COMPUTE | Cap.VIDEO))
-    return tuple(out)

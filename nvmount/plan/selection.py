@@ -8,8 +8,6 @@ PCI-shaped token that names no bus falls through (libnvc's `1:2:3` selects MIG 2
 
 from __future__ import annotations
 
-import re
-
 from nvmount.errors import SelectionError
 from nvmount.records import record
 
@@ -19,9 +17,9 @@ if TYPE_CHECKING:
 
     from nvmount.discover.inventory import Gpu, MigDevice
 
-_PCI = re.compile(r"\s*(?:0[xX])?([0-9a-fA-F]+):\s*([0-9a-fA-F]{1,2}):\s*([0-9a-fA-F]{1,2})")
-_INDEX = re.compile(r"[0-9]+")
-_GPU_MIG = re.compile(r"\s*\+?([0-9]+):\s*\+?([0-9]+)")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_DEC = frozenset("0123456789")
+MAX_ID_DIGITS = 18  # a longer number in a device id names nothing (and is not converted)
 _HINT = "list the GPUs and MIG devices with 'nvhook info'"
 
 
@@ -48,17 +46,52 @@ def _by_gpu_uuid(gpus: Sequence[Gpu], token: str) -> Gpu | None:
     return next((g for g in gpus if g.uuid.lower() == low), None)
 
 
-def _by_pci(gpus: Sequence[Gpu], token: str) -> Gpu | None:
-    m = _PCI.match(token)
-    if m is None:
+def _run(token: str, at: int, chars: frozenset[str]) -> int:
+    """The end of the run of `chars` starting at `at`."""
+    end = at
+    while end < len(token) and token[end] in chars:
+        end += 1
+    return end
+
+
+def _spaces(token: str, at: int) -> int:
+    while at < len(token) and token[at].isspace():
+        at += 1
+    return at
+
+
+def parse_pci(token: str) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a token that starts like libnvc's sscanf of "%x:%x:%x" (regex
+    `\\s*(0x)?HEX+:\\s*HEX{1,2}:\\s*HEX{1,2}`, matched as a prefix), else None."""
+    at = _spaces(token, 0)
+    start = at + 2 if token[at:at + 2] in ("0x", "0X") and token[at + 2:at + 3] in _HEX else at
+    end = _run(token, start, _HEX)
+    if end == start or token[end:end + 1] != ":" or end - start > MAX_ID_DIGITS:
         return None
-    domain, bus, dev = (int(x, 16) for x in m.groups())
+    domain = int(token[start:end], 16)
+    at = _spaces(token, end + 1)
+    end = _run(token, at, _HEX)
+    if not at < end <= at + 2 or token[end:end + 1] != ":":
+        return None
+    bus = int(token[at:end], 16)
+    at = _spaces(token, end + 1)
+    end = min(_run(token, at, _HEX), at + 2)
+    if end == at:
+        return None
+    return domain, bus, int(token[at:end], 16)
+
+
+def _by_pci(gpus: Sequence[Gpu], token: str) -> Gpu | None:
+    found = parse_pci(token)
+    if found is None:
+        return None
+    domain, bus, dev = found
     want = f"{domain:08x}:{bus:02x}:{dev:02x}.0"
     return next((g for g in gpus if g.bus_id.lower().startswith(want)), None)
 
 
 def _by_index(gpus: Sequence[Gpu], token: str) -> Gpu | None:
-    if not _INDEX.fullmatch(token):
+    if not token or _run(token, 0, _DEC) != len(token) or len(token) > MAX_ID_DIGITS:
         return None
     index = int(token)
     return next((g for g in gpus if g.index == index), None)
@@ -71,11 +104,27 @@ def _mig_by_uuid(gpus: Sequence[Gpu], token: str) -> MigDevice | None:
     return next((m for g in gpus for m in g.mig_devices if m.uuid.lower() == low), None)
 
 
+def parse_gpu_mig(token: str) -> tuple[int, int] | None:
+    """(gpu, mig) of a token starting like `\\s*+?DIGITS:\\s*+?DIGITS` (libnvc's "%u:%u")."""
+    numbers = []
+    at = 0
+    for first in (True, False):
+        at = _spaces(token, at)
+        if token[at:at + 1] == "+":
+            at += 1
+        end = _run(token, at, _DEC)
+        if end == at or end - at > MAX_ID_DIGITS or (first and token[end:end + 1] != ":"):
+            return None
+        numbers.append(int(token[at:end]))
+        at = end + 1
+    return numbers[0], numbers[1]
+
+
 def _mig_by_pair(gpus: Sequence[Gpu], token: str) -> MigDevice | None:
-    m = _GPU_MIG.match(token)
-    if m is None:
+    pair = parse_gpu_mig(token)
+    if pair is None:
         return None
-    gpu_index, mig_index = int(m.group(1)), int(m.group(2))
+    gpu_index, mig_index = pair
     gpu = next((g for g in gpus if g.index == gpu_index), None)
     if gpu is None:
         return None

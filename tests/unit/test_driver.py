@@ -11,11 +11,12 @@ import pytest
 
 from nvhook.sim import SimRoot, SimSpec
 from nvmount.capabilities import DriverCapability as Cap
-from nvmount.discover.driver import DiscoveryOptions, discover_driver
+from nvmount.discover.driver import discover_driver
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.files import find_libraries, library_names
 from nvmount.discover.inventory import DriverInventory, FileKind
 from nvmount.discover.ldcache import ARCH_X86_64, LdcacheEntry
+from nvmount.discover.options import DiscoveryOptions
 from nvmount.errors import DriverError, NvmlError, SelectionError
 from nvmount.plan.selection import select_devices
 from tests.fixtures.elfgen import abi_note, make_elf

@@ -27,7 +27,7 @@ from nvhook.sim import SimRoot
 from nvhook.sim.prestart import mount_proc_driver
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
-from nvmount.container.open import open_rootfs_readonly
+from nvmount.container.dryrun import open_rootfs_readonly
 from nvmount.engine import configure_container, plan_only
 from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.errors import NvmountError, RequirementError
