@@ -57,7 +57,8 @@ def version_text() -> str:
     return f"nvhook version {__version__} (NVIDIA Container Runtime Hook v1.17.8 compatible)"
 
 
-def main(argv: list[str] | None = None, *, cwd: str | None = None) -> int:
+def main(argv: list[str] | None = None, *, cwd: str | None = None,
+         stdin: bytes | None = None) -> int:
     """Console entry point. `argv` defaults to sys.argv[1:]. `cwd` is given by callers that
     already recorded their working directory and moved to "/" (the launcher; "" = unknown);
     otherwise main records it and changes to "/" itself. With argv None (a process entry
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None) -> int:
     debug = False
     previous = installed()
     try:
-        command, rest, opts, show_version = _parse_command_line(args, cwd)
+        command, rest, opts, show_version = _parse_command_line(args, cwd, stdin)
         debug = opts.debug
         if show_version:
             print(version_text())
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None) -> int:
 
 
 def _parse_command_line(
-    args: list[str], cwd: str | None
+    args: list[str], cwd: str | None, stdin: bytes | None = None
 ) -> tuple[str | None, list[str], GlobalOptions, bool]:
     """(command, its arguments, global options, --version given)."""
     from nvhook.errors import UsageError
@@ -121,7 +122,8 @@ def _parse_command_line(
     config_path = str(config) if config else None
     if config_path and cwd and not config_path.startswith("/"):
         config_path = os.path.join(cwd, config_path)
-    opts = GlobalOptions(config_path=config_path, debug=bool(values.get("debug")), cwd=cwd)
+    opts = GlobalOptions(config_path=config_path, debug=bool(values.get("debug")), cwd=cwd,
+                         stdin=stdin)
     return command, rest, opts, show_version
 
 

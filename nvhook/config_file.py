@@ -53,30 +53,44 @@ def find_config(
 def load_config(
     explicit_path: str | None, environ: Mapping[str, str], *, cwd: str | None = None
 ) -> HookConfig:
-    """The hook's configuration: from the file `find_config` names, else built-in defaults."""
+    """The hook's configuration: from the file `find_config` names, else built-in defaults.
+
+    The parsed document is cached with what `nvhook.gate` needs of the validated config."""
     from nvhook.config import config_from_document
 
     path, origin = find_config(explicit_path, environ, cwd)
-    document = read_document(path, origin) if path is not None else None
+    if path is None:
+        return config_from_document({}, None)
+    stamp = file_stamp(path)
+    entries = cached_entries()
+    hit = entries.get(path)
+    if hit is not None and hit[0] == stamp and len(hit) == 3:
+        return config_from_document(dict(hit[1]), path)
+    document = dict(hit[1]) if hit is not None and hit[0] == stamp else _read_toml(path, origin)
     if document is None:
         return config_from_document({}, None)
-    return config_from_document(document, path)
-
-
-def read_document(path: str, origin: str) -> dict[str, Any] | None:
-    """The parsed file (from the cache while the file is unchanged); None when an optional
-    (default) file vanished after the lookup."""
-    stamp = file_stamp(path)
-    cached = load(DEFAULT_DIR, _CACHE_NAME, __version__)
-    entries = cached if isinstance(cached, dict) else {}
-    hit = entries.get(path)
-    if hit is not None and hit[0] == stamp:
-        return dict(hit[1])
-    document = _read_toml(path, origin)
-    if document is not None and stamp is not None:
+    config = config_from_document(document, path)
+    if stamp is not None:  # cached only once it validated
         kept = {k: v for k, v in list(entries.items())[-(_CACHED_FILES - 1):] if k != path}
-        store(DEFAULT_DIR, _CACHE_NAME, __version__, {**kept, path: (stamp, document)})
-    return document
+        store(DEFAULT_DIR, _CACHE_NAME, __version__,
+              {**kept, path: (stamp, document, gate_facts(config))})
+    return config
+
+
+def cached_entries() -> dict[str, Any]:
+    """{path: (file stamp, document, gate facts)} of the config cache ({} when none)."""
+    cached = load(DEFAULT_DIR, _CACHE_NAME, __version__)
+    return cached if isinstance(cached, dict) else {}
+
+
+def gate_facts(config: HookConfig) -> tuple[tuple[str, ...], bool, bool]:
+    """What `nvhook.gate` needs of a validated config: the swarm-resource variable names,
+    whether /dev/null volume mounts can request devices, and whether a debug log is kept
+    (then every container goes through the hook, which logs its decision)."""
+    from nvhook.device_lists import swarm_variables
+
+    return (swarm_variables(config), config.accept_nvidia_visible_devices_as_volume_mounts,
+            bool(config.cli.debug))
 
 
 def _read_toml(path: str, origin: str) -> dict[str, Any] | None:

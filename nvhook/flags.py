@@ -20,6 +20,7 @@ class GlobalOptions:
     config_path: str | None = None
     debug: bool = False
     cwd: str | None = None
+    stdin: bytes | None = None  # what the launcher's gate already read from stdin (the state)
 
 
 class HelpRequested(Exception):

@@ -49,7 +49,7 @@ class Spec:
 _NON_ASCII_FOLDS = {"ſ": "S", "K": "K"}  # the only runes that Go folds onto ASCII letters
 
 
-def _fold(name: str) -> str:
+def fold(name: str) -> str:
     """Go's JSON key folding, for matching against ASCII field names."""
     if name.isascii():
         return name.upper()
@@ -58,10 +58,10 @@ def _fold(name: str) -> str:
 
 def field(obj: dict[str, Any], name: str) -> Any:
     """The value of field `name` with Go's matching: exact or case-folded key, last one wins."""
-    want = _fold(name)
+    want = fold(name)
     value = None
     for key, item in obj.items():
-        if key == name or (len(key) == len(name) and _fold(key) == want):
+        if key == name or (len(key) == len(name) and fold(key) == want):
             value = item
     return value
 
@@ -151,11 +151,25 @@ def _read_bounded(fd: int, what: str) -> bytes:
             return data
 
 
-def load_state(stream: IO[bytes] | int) -> State:
-    """The OCI state from `stream` (a binary file or a file descriptor), per hook-spec 1.3."""
-    fd = stream if isinstance(stream, int) else stream.fileno()
+def read_state(fd: int) -> bytes:
+    """The state's bytes from `fd` (stdin): until EOF or a complete JSON object, bounded."""
     try:
-        raw = decode_json(_read_bounded(fd, "the container state"))
+        return _read_bounded(fd, "the container state")
+    except OSError as err:
+        raise StateError(f"could not decode container state: read stdin: {err.strerror}") from err
+    except ValueError as err:
+        raise StateError(f"could not decode container state: {err}") from err
+
+
+def load_state(stream: IO[bytes] | int | bytes) -> State:
+    """The OCI state from `stream` (a binary file, a file descriptor, or the bytes already
+    read from one), per hook-spec 1.3."""
+    if isinstance(stream, bytes):
+        data = stream
+    else:
+        data = read_state(stream if isinstance(stream, int) else stream.fileno())
+    try:
+        raw = decode_json(data)
         obj = _object(raw, "state")
         if obj is None:
             return State(pid=0, bundle="")
@@ -176,7 +190,7 @@ def load_state(stream: IO[bytes] | int) -> State:
     return State(pid=pid, bundle=bundle or bundle_path)
 
 
-def _read_spec_file(path: str) -> bytes:
+def read_spec_file(path: str) -> bytes:
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
@@ -233,7 +247,7 @@ def spec_path(bundle: str, cwd: str | None) -> str:
 def load_spec(bundle: str, *, cwd: str | None = None) -> Spec:
     """`<bundle>/config.json` per hook-spec 1.4; `cwd` resolves a relative bundle."""
     path = spec_path(bundle, cwd)
-    return parse_spec(path, _read_spec_file(path))
+    return parse_spec(path, read_spec_file(path))
 
 
 def parse_spec(path: str, data: bytes) -> Spec:

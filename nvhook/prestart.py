@@ -57,7 +57,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
 
         attach_log_file(config.cli.debug)
     with timer.phase("spec"):
-        state = load_state(stdin_fd)
+        state = load_state(opts.stdin if opts.stdin is not None else stdin_fd)
         spec = load_spec(state.bundle, cwd=opts.cwd)
         request = derive_request(spec, config)
     if request is None:

@@ -217,7 +217,8 @@ def test_launcher_text(tmp_path: Path) -> None:
     assert 'os.chdir("/")' in text
     assert "sys.path.extend(" in text and "sys.path.insert" not in text
     assert str(REPO) in text  # where nvhook is imported from (editable install)
-    assert "main(cwd=_cwd)" in text
+    assert "main(cwd=_cwd, stdin=_stdin)" in text and "screen(sys.argv[1:], _cwd)" in text
+    assert "import posix as os" in text  # the os module is not loaded for the gate
 
 
 def test_install_writes_names_and_refuses_foreign_files(tmp_path: Path) -> None:
@@ -287,4 +288,4 @@ def test_launcher_kinds(tmp_path: Path) -> None:
     assert "from nvhook.nvcli.cmd import main" in texts["cli"]
     assert "from nvhook.runtime.wrapper import main" in texts["runtime"]
     for text in texts.values():
-        assert 'os.environ.setdefault("NVIDIA_CTK_CONFIG_FILE_PATH", \'/etc/x.toml\')' in text
+        assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in text
