@@ -77,11 +77,14 @@ def test_device_cgroup_denies_mknod_node_by_default(
 
 
 @pytest.mark.parametrize(("line", "flagged"), [
-    ("0 / /tmp/pytest-of-root/pytest-1/b/rootfs/usr/lib/x rw - ext4 /dev/vda rw", True),
+    ("0 / {base}/b/rootfs/usr/lib/x rw - ext4 /dev/vda rw", True),
+    ("0 / /tmp/pytest-of-root/pytest-other/b/rootfs/x rw - ext4 /dev/vda rw", False),
     ("0 / /proc/driver/nvidia rw - tmpfs tmpfs rw", True),
     ("0 / /var/lib/docker/overlay2/abc/merged rw - overlay overlay rw", False),
-], ids=["bundle-path", "driver-path", "other-daemon"])
-def test_host_snapshot_flags_only_mounts_that_could_be_ours(line: str, flagged: bool) -> None:
+], ids=["bundle-path", "other-session", "driver-path", "other-daemon"])
+def test_host_snapshot_flags_only_mounts_that_could_be_ours(
+        line: str, flagged: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
+    line = line.format(base=tmp_path_factory.getbasetemp())
     snap = HostSnapshot()
     snap.mounts = [*snap.mounts, line]  # as if `line` had been unmounted since
     if flagged:
