@@ -30,6 +30,11 @@ def members(cls: C, **values: object) -> C:
         table[value] = member
     type.__setattr__(cls, "_BY_VALUE", table)
     type.__setattr__(cls, "_NAMES", {v: k for k, v in values.items()})
+    if issubclass(cls, FlagSet):
+        bits = 0
+        for value in values.values():
+            bits |= value  # type: ignore[operator]
+        type.__setattr__(cls, "_ALL", bits)
     return cls
 
 
@@ -106,12 +111,11 @@ class FlagSet(int):
             raise ValueError(f"{value!r} is not a valid {cls.__name__}")
         return int.__new__(cls, value)
 
+    _ALL: int
+
     @classmethod
     def _all_bits(cls) -> int:
-        bits = 0
-        for value in cls._NAMES:
-            bits |= value  # type: ignore[operator]
-        return bits
+        return cls._ALL
 
     @classmethod
     def all(cls) -> Self:
