@@ -22,8 +22,8 @@ everything again, errors included. It declines only when all of these hold:
 - every `process.env` entry has "="; none of NVIDIA_VISIBLE_DEVICES, the swarm-resource
   variables or a non-empty CUDA_VERSION (a legacy CUDA image wants all GPUs) is set;
 - no mount destination names nvidia-container-devices when volume-mount lists count;
-- `process.capabilities` is absent, or (an ociVersion without a prerelease: the current
-  format) an object whose capability sets are null or lists of strings.
+- `process.capabilities` is absent, or (an ociVersion not of 1.0.0's prereleases, so the
+  current format) an object whose capability sets are null or lists of strings.
 """
 
 from __future__ import annotations
@@ -264,8 +264,8 @@ def _mounts_ok(mounts: Any, volume_mounts: bool) -> bool:
 def _capabilities_ok(caps: Any, oci_version: str) -> bool:
     if caps is None:
         return True
-    if "-" in oci_version or type(caps) is not dict:
-        return False  # a prerelease may select the old list format: the hook decides
+    if oci_version.startswith("1.0.0-") or type(caps) is not dict:
+        return False  # 1.0.0-rc1..rc4 select the old list format: the hook decides
     for key, value in caps.items():
         if not key.isascii():
             return False

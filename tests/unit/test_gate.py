@@ -49,13 +49,14 @@ def hook_says_no_gpu(bundle: Path, config: HookConfig, state: Any = None) -> boo
     (lambda s: s.pop("root"), False),
     (lambda s: s.update(ociVersion=None), False),
     (lambda s: s["process"].update(capabilities={"bounding": ["CAP_SYS_ADMIN"]}), True),
+    (lambda s: (s.update(ociVersion="1.0.2-dev"), s["process"].update(capabilities={})), True),
     (lambda s: s["process"].update(capabilities={"bounding": "CAP_SYS_ADMIN"}), False),
     (lambda s: s["process"].update(capabilities=["CAP_SYS_ADMIN"]), False),
     (lambda s: (s.update(ociVersion="1.0.0-rc2"), s["process"].update(capabilities=[])), False),
     (lambda s: s.update(mounts=[{"source": "/dev/null",
                                  "destination": "/var/run/nvidia-container-devices/0"}]), True),
 ], ids=["plain", "nvd", "nvd-void", "legacy-cuda", "empty-cuda", "bad-env", "key-case",
-        "top-key-case", "no-root", "null-version", "caps", "caps-wrong-type", "caps-as-list",
+        "top-key-case", "no-root", "null-version", "caps", "runc-dev-version", "caps-wrong-type", "caps-as-list",
         "old-format", "volume-mount-not-accepted"])
 def test_decisions(tmp_path: Path, change: Any, declined: bool) -> None:
     spec = json.loads(json.dumps(BASE))
@@ -108,7 +109,8 @@ env_entries = st.lists(st.sampled_from(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0",
 
 @settings(max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(version=st.sampled_from(["1.0.2", "1.0.0-rc3", "", "x"]) | st.none(),
+@given(version=st.sampled_from(["1.0.2", "1.0.2-dev", "1.0.0-rc3", "1.0.0-rc10", "", "x"])
+       | st.none(),
        env=env_entries | json_values,
        caps=st.none() | json_values | st.fixed_dictionaries({"bounding": json_values}),
        mounts=st.none() | json_values, extra=st.dictionaries(

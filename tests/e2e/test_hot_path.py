@@ -1,0 +1,87 @@
+"""What a container start loads (issue 9), counted, not timed: the hook's common path imports
+none of dataclasses, typing, inspect, logging, tomllib, re, enum, json or contextlib, and
+defines no dataclass; a container that wants no GPU loads little beyond the gate.
+
+The probe below is the hook launcher's own sequence (gate, then the CLI) run by
+/usr/bin/python3 -IS; instead of exiting it writes the loaded module names to $PROBE_OUT.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import _prctl  # type: ignore[import-not-found]
+import pytest
+
+from nvhook.demo.bundle import Runc
+from tests.fixtures.containers import GpuRig, created_container
+
+pytestmark = [pytest.mark.root, pytest.mark.e2e]
+
+REPO = Path(__file__).resolve().parent.parent.parent
+FORBIDDEN = {"dataclasses", "typing", "inspect", "logging", "tomllib", "tomli", "re", "enum",
+             "json", "contextlib", "importlib.util", "argparse"}
+PROBE = """\
+import posix as os
+import sys
+sys.path.extend({paths!r})
+import gc
+gc.disable()
+from nvhook.gate import screen
+declined, data = screen(sys.argv[1:], os.getcwd())
+if not declined:
+    from nvhook.cli import main
+    rc = main(sys.argv[1:], cwd=os.getcwd(), stdin=data)
+    assert rc == 0, rc
+dataclasses = [m for m, mod in list(sys.modules.items()) if m.startswith(("nvhook", "nvmount"))
+               for v in vars(mod).values() if isinstance(v, type) and "__dataclass_fields__"
+               in vars(v)]
+fd = os.open(os.environ[b"PROBE_OUT"], os.O_WRONLY | os.O_CREAT, 0o600)
+os.write(fd, " ".join(["declined" if declined else "hook", *sorted(sys.modules), "|",
+                      *dataclasses]).encode())
+"""
+
+
+def run_probe(tmp: Path, argv: list[str], state: str, cwd: Path) -> tuple[str, set[str],
+                                                                          list[str]]:
+    script = tmp / "probe.py"
+    paths = [str(REPO), os.path.dirname(_prctl.__file__)]
+    script.write_text(PROBE.format(paths=paths))
+    report = tmp / "modules.txt"
+    report.unlink(missing_ok=True)
+    proc = subprocess.run(["/usr/bin/python3", "-IS", str(script), *argv], input=state.encode(),
+                          capture_output=True, cwd=cwd, timeout=60, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PROBE_OUT": str(report)})
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = report.read_text()
+    what, *rest = out.split(" ")
+    sep = rest.index("|")
+    return what, set(rest[:sep]), rest[sep + 1:]
+
+
+def test_no_gpu_container_loads_only_the_gate(gpu_rig: GpuRig, tmp_path: Path) -> None:
+    bundle = gpu_rig.baseline.bundle(["/bin/true"], env=["PATH=/bin"])
+    state = f'{{"pid": 1, "bundle": "{bundle}"}}'
+    what, modules, dataclasses = run_probe(tmp_path, ["prestart"], state, bundle)
+    ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))}
+    assert what == "declined"
+    assert ours == {"nvhook", "nvhook.gate"}, ours
+    assert not modules & (FORBIDDEN | {"os", "ctypes"}) and not dataclasses
+
+
+def test_gpu_container_start_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_path: Path,
+                                                             runc_default: Runc) -> None:
+    config = str(gpu_rig.sim.config_path)
+    for _attempt in range(2):  # the first start fills the config and inventory caches
+        bundle = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
+        with created_container(bundle, runc_default, tag="hot") as ctr:
+            state = f'{{"pid": {ctr.pid}, "bundle": "{bundle}"}}'
+            what, modules, dataclasses = run_probe(tmp_path, ["--config", config, "prestart"],
+                                                   state, bundle)
+    assert what == "hook"
+    assert not modules & FORBIDDEN, sorted(modules & FORBIDDEN)
+    assert "nvmount.discover.nvml_worker" not in modules  # the inventory came from the cache
+    assert "nvmount.ldcache.sandbox" not in modules  # the cache was written, not ldconfig run
+    assert not dataclasses
