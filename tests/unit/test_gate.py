@@ -56,7 +56,8 @@ def hook_says_no_gpu(bundle: Path, config: HookConfig, state: Any = None) -> boo
     (lambda s: s.update(mounts=[{"source": "/dev/null",
                                  "destination": "/var/run/nvidia-container-devices/0"}]), True),
 ], ids=["plain", "nvd", "nvd-void", "legacy-cuda", "empty-cuda", "bad-env", "key-case",
-        "top-key-case", "no-root", "null-version", "caps", "runc-dev-version", "caps-wrong-type", "caps-as-list",
+        "top-key-case", "no-root", "null-version", "caps", "runc-dev-version",
+        "caps-wrong-type", "caps-as-list",
         "old-format", "volume-mount-not-accepted"])
 def test_decisions(tmp_path: Path, change: Any, declined: bool) -> None:
     spec = json.loads(json.dumps(BASE))
