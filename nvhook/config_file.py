@@ -15,6 +15,7 @@ import os
 
 from nvhook import __version__
 from nvhook.errors import ConfigError
+from nvmount.bounds import shorten
 from nvmount.cachefile import DEFAULT_DIR, file_stamp, load, store
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -115,7 +116,8 @@ def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
         import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
     try:
         return tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+    except ValueError as err:  # UnicodeDecodeError, TOMLDecodeError, int()'s digit limit
         raise ConfigError(
-            f"couldn't parse configuration file {path}: {err} (fix the TOML syntax)"
+            f"couldn't parse configuration file {path}: {shorten(str(err), 200)} (fix the TOML "
+            "syntax)"
         ) from err

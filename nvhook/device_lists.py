@@ -6,7 +6,9 @@ the CDI-name test of the mode check. Pure (the unprivileged policy logs NVIDIA's
 from __future__ import annotations
 
 from nvhook.config import HookConfig, go_trim_space
+from nvhook.errors import RequestError
 from nvhook.oci import go_clean
+from nvmount.bounds import MAX_DIGITS, is_decimal, shorten
 from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -18,6 +20,7 @@ log = get_logger(__name__)
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+MAX_ID_CHARS = 256  # a MIG UUID is 60, a CDI name at most ~250
 UNPRIVILEGED_LOG = (
     "Ignoring devices specified in NVIDIA_VISIBLE_DEVICES (privileged=false, "
     "accept-nvidia-visible-devices-envvar-when-unprivileged=false) "
@@ -45,6 +48,20 @@ def device_list_mounts(mounts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
         if entry:
             entries.append(entry)
     return tuple(entries)
+
+
+def check_ids(ids: Sequence[str], source: str) -> tuple[str, ...]:
+    """`ids` as a tuple, or RequestError naming `source` (the variable, or the volume mounts)
+    for an id longer than `MAX_ID_CHARS` or a number (index, channel) of more than
+    `MAX_DIGITS` digits: input budgets, so no stage ever parses a 5000-digit number."""
+    for entry in ids:
+        if len(entry) > MAX_ID_CHARS:
+            raise RequestError(f"{source}: device id {shorten(entry)!r} is longer than "
+                               f"{MAX_ID_CHARS} characters (list indexes, UUIDs or names)")
+        if is_decimal(entry) and len(entry) > MAX_DIGITS:
+            raise RequestError(f"{source}: number {shorten(entry)!r} has more than "
+                               f"{MAX_DIGITS} digits (use a device index or channel number)")
+    return tuple(ids)
 
 
 def dedupe(items: Iterable[str]) -> tuple[str, ...]:
@@ -94,14 +111,14 @@ def select_devices(
     if config.accept_nvidia_visible_devices_as_volume_mounts:
         listed = [e for e in mount_entries if not e.startswith(("cdi/", "imex/"))]
         if listed:
-            return dedupe(listed)
+            return check_ids(dedupe(listed), f"volume mounts under {DEVICE_LIST_ROOT}")
     swarm = swarm_variables(config)
     names = swarm if any(name in env for name in swarm) else (VISIBLE_DEVICES,)
     devices = parse_device_list([env.get(name) for name in names], legacy)
     if devices is None:
         return None
     if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
-        return devices
+        return check_ids(devices, ", ".join(names))
     log.warning(UNPRIVILEGED_LOG)
     return None
 
@@ -121,12 +138,12 @@ def select_imex_channels(
         channels = [e[len("imex/") :] for e in mount_entries if e.startswith("imex/")]
         channels = [c for c in channels if c]
         if channels:
-            return dedupe(channels)
+            return check_ids(dedupe(channels), f"volume mounts under {DEVICE_LIST_ROOT}/imex")
     parsed = parse_device_list([env.get(IMEX_CHANNELS)], legacy)
     if not parsed or parsed == ("all",):
         return ()
     if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
-        return parsed
+        return check_ids(parsed, IMEX_CHANNELS)
     return ()
 
 

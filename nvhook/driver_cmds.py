@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-MAX_IMEX_CHANNEL = 1 << 20
 _LABEL = 15  # libnvc prints "%-15s " labels
 
 
@@ -173,15 +172,9 @@ def main_list(argv: list[str], opts: GlobalOptions) -> int:
 
 
 def parse_imex_channels(value: str) -> tuple[int, ...]:
-    from nvmount.errors import SelectionError
+    from nvhook.engine import imex_channel
 
-    out: list[int] = []
-    for token in filter(None, value.split(",")):
-        if not token.isdigit() or int(token) >= MAX_IMEX_CHANNEL:
-            raise SelectionError(f"unsupported IMEX channel value: {token} (use a decimal "
-                                 f"channel number below {MAX_IMEX_CHANNEL})")
-        out.append(int(token))
-    return tuple(out)
+    return tuple(imex_channel(token) for token in filter(None, value.split(",")))
 
 
 def _proc(inv: DriverInventory, path: str) -> str:

@@ -100,12 +100,15 @@ def engine_request(request: ContainerRequest) -> EngineRequest:
 
 def imex_channel(value: str) -> int:
     """A channel number as libnvc accepts it: decimal and below 2^20."""
+    from nvmount.bounds import parse_decimal, shorten
     from nvmount.errors import SelectionError
 
-    if not value.isdigit() or not value.isascii() or int(value) >= MAX_IMEX_CHANNEL:
-        raise SelectionError(f"unsupported IMEX channel value: {value} (use a decimal "
-                             f"channel number below {MAX_IMEX_CHANNEL})")
-    return int(value)
+    channel = parse_decimal(value, max_digits=len(str(MAX_IMEX_CHANNEL)))
+    if channel is None or channel >= MAX_IMEX_CHANNEL:
+        raise SelectionError(f"unsupported IMEX channel value: {shorten(value)} (use a "
+                             f"decimal channel number below {MAX_IMEX_CHANNEL} in "
+                             "NVIDIA_IMEX_CHANNELS)")
+    return channel
 
 
 def compat_mode(config: HookConfig) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from nvhook.errors import SpecError, StateError
+from nvmount.bounds import shorten
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+MAX_JSON_DIGITS = 20  # any 64-bit integer; a longer number is refused before int() sees it
 _MAX_PID = 2**31 - 1
 _CHUNK = 65536
 
@@ -114,6 +116,15 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def _parse_int(text: str) -> int:
+    """A JSON integer, its length checked before int() (Python's own 4300-digit limit would
+    raise a bare ValueError, and the conversion below it is quadratic)."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_JSON_DIGITS:
+        raise ValueError(f"a number with {digits} digits (at most {MAX_JSON_DIGITS})")
+    return int(text)
+
+
 def decode_json(data: bytes) -> Any:
     """Decode exactly one JSON value from `data`; trailing data is ignored (Go's Decoder)."""
     from nvmount.jsonio import decode
@@ -122,7 +133,7 @@ def decode_json(data: bytes) -> Any:
     start = len(text) - len(text.lstrip(" \t\r\n"))
     try:
         value, _ = decode(text, start, parse_constant=_reject_constant,
-                          object_pairs_hook=_object_pairs)
+                          object_pairs_hook=_object_pairs, parse_int=_parse_int)
     except RecursionError:
         raise ValueError("nesting too deep") from None
     except ValueError as err:
@@ -184,10 +195,14 @@ def load_state(stream: IO[bytes] | int | bytes) -> State:
         pid = 0
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid <= _MAX_PID:
         raise StateError(
-            f"could not decode container state: pid {pid!r} is not a process id "
+            f"could not decode container state: pid {shorten(repr(pid))} is not a process id "
             "(expected an integer from 0 to 2147483647)"
         )
-    return State(pid=pid, bundle=bundle or bundle_path)
+    bundle = bundle or bundle_path
+    if "\0" in bundle:
+        raise StateError(f"could not decode container state: bundle {shorten(repr(bundle))} "
+                         "contains a NUL byte (expected a directory path)")
+    return State(pid=pid, bundle=bundle)
 
 
 def read_spec_file(path: str) -> bytes:
@@ -229,6 +244,9 @@ def _errno_text(err: OSError) -> str:
 
 def resolve_bundle(bundle: str, cwd: str | None) -> str:
     """The bundle as an absolute, cleaned path; relative to the hook's original cwd."""
+    if "\0" in bundle:
+        raise SpecError(f"resolve bundle {shorten(repr(bundle))}: contains a NUL byte "
+                        "(expected a directory path)")
     if bundle.startswith("/"):
         return go_clean(bundle)
     if cwd is None:
@@ -318,6 +336,9 @@ def resolve_rootfs(spec: Spec, cwd: str | None) -> str:
     No symlinks are resolved here: the engine opens the rootfs by fd.
     """
     path = spec.root_path
+    if "\0" in path:
+        raise SpecError(f"resolve rootfs {shorten(repr(path))} of {spec.path}: root.path "
+                        "contains a NUL byte (expected a directory path)")
     if path.startswith("/"):
         return go_clean(path)
     if cwd is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from nvhook import semver
 from nvhook.config import HookConfig, go_trim_space
 from nvhook.device_lists import (
+    check_ids,
     dedupe,
     device_list_mounts,
     only_cdi_devices,
@@ -19,6 +20,7 @@ from nvhook.device_lists import (
 )
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec, field, json_kind
+from nvmount.bounds import shorten
 from nvmount.capabilities import DriverCapability
 from nvmount.log import get_logger
 from nvmount.records import record
@@ -189,7 +191,7 @@ def _mig_devices(env: dict[str, str], name: str, privileged: bool) -> tuple[str,
             f"cannot set {short} in non privileged container (unset {name}, or run the "
             "container privileged)"
         )
-    return dedupe(entry for entry in (go_trim_space(p) for p in value.split(",")) if entry)
+    return check_ids(dedupe(e for e in (go_trim_space(p) for p in value.split(",")) if e), name)
 
 
 def driver_capabilities(
@@ -225,6 +227,7 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
     names = sorted(
         n for n in env if n.startswith(REQUIRE_PREFIX) and not n.startswith(REQUIRE_JETPACK)
     )
+    check_requirement_budgets(names, env)
     requirements = [env[n] for n in names]
     if legacy:
         version = env[CUDA_VERSION]
@@ -233,10 +236,35 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
         except ValueError as err:
             raise RequestError(
                 f"failed to get requirements failed to get version: invalid CUDA version "
-                f"{version}: {err} (fix CUDA_VERSION, or set NVIDIA_DISABLE_REQUIRE=true)"
+                f"{shorten(version)}: {err} (fix CUDA_VERSION, or set "
+                "NVIDIA_DISABLE_REQUIRE=true)"
             ) from None
         requirements.append(f"cuda>={major_minor}")
     return tuple(requirements)
+
+
+def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None:
+    """RequestError naming the variable when the NVIDIA_REQUIRE_* values exceed the engine's
+    budgets (`nvmount.plan.requirements`): count, characters and conditions (atoms)."""
+    from nvmount.plan import requirements as R
+
+    hint = "(shorten the value, or set NVIDIA_DISABLE_REQUIRE=true)"
+    if len(names) > R.MAX_REQUIREMENTS:
+        raise RequestError(f"too many NVIDIA_REQUIRE_* variables: {len(names)} (at most "
+                           f"{R.MAX_REQUIREMENTS}; unset some, or set NVIDIA_DISABLE_REQUIRE=true)")
+    total = 0
+    for name in names:
+        value = env[name]
+        if len(value) > R.MAX_REQUIREMENT_CHARS:
+            raise RequestError(f"{name}: value of {len(value)} characters, more than "
+                               f"{R.MAX_REQUIREMENT_CHARS} {hint}")
+        atoms = R.count_atoms(value)
+        if atoms > R.MAX_ATOMS:
+            raise RequestError(f"{name}: {atoms} conditions, more than {R.MAX_ATOMS} {hint}")
+        total += atoms
+    if total > R.MAX_TOTAL_ATOMS:
+        raise RequestError(f"NVIDIA_REQUIRE_*: {total} conditions in all, more than "
+                           f"{R.MAX_TOTAL_ATOMS} {hint}")
 
 
 def check_mode(

@@ -15,7 +15,7 @@ are valid (= v1.0.0, v1.2.0) but cannot carry a prerelease or build suffix.
 from __future__ import annotations
 
 _IDENT_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-")
-_UINT32_MAX = 0xFFFF_FFFF
+_UINT32_MAX_TEXT = str(0xFFFF_FFFF)
 
 
 def _parse_int(v: str) -> tuple[str, str] | None:
@@ -145,8 +145,8 @@ def parse_major_minor(version: str) -> str:
     p = parse(vv)
     if p is None:
         raise ValueError("invalid version string")
-    if int(p[0]) > _UINT32_MAX:
+    if _compare_int(p[0], _UINT32_MAX_TEXT) > 0:  # compared as digits: never int() of input
         raise ValueError("invalid major version")
-    if int(p[1]) > _UINT32_MAX:
+    if _compare_int(p[1], _UINT32_MAX_TEXT) > 0:
         raise ValueError("invalid minor version")
     return f"{p[0]}.{p[1]}"

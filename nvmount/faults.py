@@ -52,9 +52,12 @@ class Faults:
     @classmethod
     def parse(cls, spec: str) -> Faults:
         """`<prefix>[:<nth>]` as in NVHOOK_FAULT."""
+        from nvmount.bounds import parse_decimal
+
         prefix, sep, count = spec.rpartition(":")
-        if sep and count.isdigit() and int(count) > 0:
-            return cls(prefix, int(count))
+        nth = parse_decimal(count) if sep else None
+        if nth:
+            return cls(prefix, nth)
         return cls(spec)
 
     @classmethod

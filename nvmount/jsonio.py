@@ -32,21 +32,25 @@ class _Context:
                  "parse_int", "strict")
 
     def __init__(self, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None,
-                 parse_constant: Callable[[str], Any]) -> None:
+                 parse_constant: Callable[[str], Any],
+                 parse_int: Callable[[str], Any] = int) -> None:
         self.strict = True
         self.object_hook = None
         self.object_pairs_hook = object_pairs_hook
         self.parse_float = float
-        self.parse_int = int
+        self.parse_int = parse_int
         self.parse_constant = parse_constant
         self.memo: dict[str, str] = {}
 
 
 def decode(text: str, start: int = 0, *,
            object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
-           parse_constant: Callable[[str], Any] | None = None) -> tuple[Any, int]:
-    """One JSON value from `text` at `start`: (value, index after it). ValueError if none."""
-    context = _Context(object_pairs_hook, parse_constant or _no_constant)  # a JSONDecoder's
+           parse_constant: Callable[[str], Any] | None = None,
+           parse_int: Callable[[str], Any] = int) -> tuple[Any, int]:
+    """One JSON value from `text` at `start`: (value, index after it). ValueError if none.
+    `parse_int` gets each integer's text (check its length first: int() of input is not)."""
+    context = _Context(object_pairs_hook, parse_constant or _no_constant,  # a JSONDecoder's
+                       parse_int)
     scan = _json.make_scanner(context)  # type: ignore[arg-type]
     try:
         value, end = scan(text, start)
@@ -58,7 +62,7 @@ def decode(text: str, start: int = 0, *,
         import json.decoder
 
         return decode(text, start, object_pairs_hook=object_pairs_hook,
-                      parse_constant=parse_constant)
+                      parse_constant=parse_constant, parse_int=parse_int)
     return value, end
 
 

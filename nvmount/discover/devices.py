@@ -35,7 +35,7 @@ CAPS_DEV_DIR = "/dev/nvidia-caps"
 IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 MAX_IMEX_CHANNEL = 1 << 20
 _CAP_LINE = re.compile(r"([^:]{1,31}):\s*([+-]?\d+)")
-_CHANNEL = re.compile(r"channel(\d+)")
+_CHANNEL = re.compile(r"channel([0-9]{1,7})")  # bounded: below 2^20
 
 
 def read_char_majors(proc_root: str) -> dict[str, int]:

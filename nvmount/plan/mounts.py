@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import posixpath
 
+from nvmount.bounds import MAX_DIGITS, parse_decimal
 from nvmount.capabilities import DriverCapability
 from nvmount.plan.devices import plan_devices
 from nvmount.plan.procfs import plan_app_profile, plan_procfs
@@ -244,12 +245,12 @@ def compat_dirs(
 
 
 def _leading_int(text: str) -> int | None:
-    digits = ""
-    for ch in text:
-        if not ch.isdigit():
-            break
-        digits += ch
-    return int(digits) if digits else None
+    """The number at the start of `text` (a version from an image's file name): None when
+    there is none or it has more than `MAX_DIGITS` digits (never a 5000-digit int())."""
+    end = 0
+    while end < len(text) and end <= MAX_DIGITS and "0" <= text[end] <= "9":
+        end += 1
+    return parse_decimal(text[:end])
 
 
 def _dedupe_targets(entries: list[PlanEntry], warnings: list[str]) -> tuple[PlanEntry, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from nvmount.bounds import MAX_DIGITS, compare_decimal, shorten
 from nvmount.errors import RequirementError
 from nvmount.records import record, replace
 
@@ -24,7 +25,12 @@ if TYPE_CHECKING:
 
 OPERATORS: tuple[str, ...] = ("=", "!=", "<", "<=", ">", ">=")  # libnvc's match order
 KEYS: tuple[str, ...] = ("cuda", "driver", "arch", "brand")
+# Budgets (a CUDA 12 image's NVIDIA_REQUIRE_CUDA has ~120 atoms in ~1.5 KB): the checks cost
+# at most MAX_ATOMS x the distinct fact sets (GPU models), never x every device.
 MAX_REQUIREMENTS = 32
+MAX_REQUIREMENT_CHARS = 8192  # one expression
+MAX_ATOMS = 512  # in one expression
+MAX_TOTAL_ATOMS = 2048  # in all expressions together
 _OP_CHARS = "<>=!"
 _VERSION = re.compile(r"[0-9.]*")
 _CUDA_HINT = "please update your driver to a newer version, or use an earlier cuda container"
@@ -61,7 +67,7 @@ class Facts:
 
 def _invalid(expr: str, atom: str, why: str) -> RequirementError:
     return RequirementError(
-        f"requirement error: invalid expression {expr!r}: {atom!r}: {why} "
+        f"requirement error: invalid expression {shorten(expr)!r}: {shorten(atom)!r}: {why} "
         f"(write key op value with key in {', '.join(KEYS)} and op in {' '.join(OPERATORS)})")
 
 
@@ -89,11 +95,22 @@ def _parse_atom(expr: str, text: str) -> Atom:
         raise _invalid(expr, text, f"brand only supports = and !=, not {op!r}")
     if key != "brand" and not _VERSION.fullmatch(value):
         raise _invalid(expr, text, f"{key} wants a version made of digits and dots")
+    if key != "brand" and any(len(part) > MAX_DIGITS for part in value.split(".")):
+        raise _invalid(expr, text, f"a version component has more than {MAX_DIGITS} digits")
     return Atom(key, op, value, text)
 
 
 def parse_requirement(expr: str) -> Requirement:
-    """Parse one expression; raises `RequirementError` naming the expression and the atom."""
+    """Parse one expression; raises `RequirementError` naming the expression and the atom
+    (or the budget: `MAX_REQUIREMENT_CHARS` characters, `MAX_ATOMS` atoms)."""
+    if len(expr) > MAX_REQUIREMENT_CHARS:
+        raise RequirementError(
+            f"requirement error: expression {shorten(expr)!r} is longer than "
+            f"{MAX_REQUIREMENT_CHARS} characters (shorten the NVIDIA_REQUIRE_* value)")
+    if count_atoms(expr) > MAX_ATOMS:
+        raise RequirementError(
+            f"requirement error: expression {shorten(expr)!r} has {count_atoms(expr)} "
+            f"conditions, more than {MAX_ATOMS} (shorten the NVIDIA_REQUIRE_* value)")
     terms = []
     for term in expr.split(" "):
         atoms = tuple(_parse_atom(expr, a) for a in term.split(",") if a)
@@ -102,14 +119,23 @@ def parse_requirement(expr: str) -> Requirement:
     return Requirement(expr, tuple(terms))
 
 
+def count_atoms(expr: str) -> int:
+    """How many atoms an expression has (the non-empty pieces between spaces and commas)."""
+    return sum(1 for term in expr.split(" ") for atom in term.split(",") if atom)
+
+
 def compare_versions(a: str, b: str) -> int:
-    """-1/0/1, numerically per dot component; missing trailing components count as 0."""
-    pa = [int(x) if x else 0 for x in a.split(".")]
-    pb = [int(x) if x else 0 for x in b.split(".")]
+    """-1/0/1, numerically per dot component; missing trailing components count as 0.
+    Components are compared as digit strings (`compare_decimal`), never converted."""
+    pa, pb = a.split("."), b.split(".")
     width = max(len(pa), len(pb))
-    pa += [0] * (width - len(pa))
-    pb += [0] * (width - len(pb))
-    return (pa > pb) - (pa < pb)
+    pa += [""] * (width - len(pa))
+    pb += [""] * (width - len(pb))
+    for x, y in zip(pa, pb, strict=True):
+        c = compare_decimal(x, y)
+        if c:
+            return c
+    return 0
 
 
 _TESTS: dict[str, Callable[[int], bool]] = {
@@ -169,7 +195,7 @@ def check_requirement(req: Requirement, facts: Facts) -> None:
         cause = _describe(failed[0], facts)
     else:
         cause = "; ".join(f"{a.text}: {_describe(a, facts)}" for a in failed)
-    msg = f"requirement {req.text} not met: {cause}"
+    msg = f"requirement {shorten(req.text, 400)} not met: {cause}"
     if req.text.split(" ", 1)[0].startswith("cuda>="):
         msg += f" ({_CUDA_HINT})"
     raise RequirementError(msg)
@@ -177,14 +203,24 @@ def check_requirement(req: Requirement, facts: Facts) -> None:
 
 def check_requirements(expressions: Sequence[str], facts: Sequence[Facts]) -> None:
     """Check every expression against every fact set (one per selected GPU or MIG device;
-    one device-less set when nothing is selected). All must hold. Parse errors come first."""
+    one device-less set when nothing is selected). All must hold. Parse errors and budgets
+    come first. Fact sets that differ only in the device's name are checked once (the first
+    one names the device in an error): 64 identical GPUs cost what one does."""
     if len(expressions) > MAX_REQUIREMENTS:
         raise RequirementError(
             f"requirement error: too many requirements ({len(expressions)}, at most "
-            f"{MAX_REQUIREMENTS})")
+            f"{MAX_REQUIREMENTS}) (set fewer NVIDIA_REQUIRE_* variables)")
+    total = sum(count_atoms(e) for e in expressions)
+    if total > MAX_TOTAL_ATOMS:
+        raise RequirementError(
+            f"requirement error: {total} conditions in all, more than {MAX_TOTAL_ATOMS} "
+            "(shorten the NVIDIA_REQUIRE_* values)")
     parsed = [parse_requirement(e) for e in expressions]
+    distinct: dict[Facts, Facts] = {}
+    for f in facts:
+        distinct.setdefault(replace(f, device=""), f)
     for req in parsed:
-        for f in facts:
+        for f in distinct.values():
             check_requirement(req, f)
 
 

@@ -8,6 +8,7 @@ PCI-shaped token that names no bus falls through (libnvc's `1:2:3` selects MIG 2
 
 from __future__ import annotations
 
+from nvmount.bounds import shorten
 from nvmount.errors import SelectionError
 from nvmount.records import record
 
@@ -149,7 +150,7 @@ def _select_tokens(gpus: Sequence[Gpu], tokens: list[str]) -> tuple[
             mig = _mig_by_uuid(gpus, token) or _mig_by_pair(gpus, token)
             if mig is None:
                 raise SelectionError(
-                    f"device error: {token}: unknown device "
+                    f"device error: {shorten(token)}: unknown device "
                     f"(this host has {len(gpus)} GPU(s); {_HINT})")
             if mig not in migs:
                 migs.append(mig)
@@ -165,7 +166,7 @@ def _mig_access(kind: str, value: str | None, everything: bool, gpus: list[Gpu],
         return False, ()
     if value.strip().lower() != "all":
         raise SelectionError(
-            f"{kind} error: {value}: only 'all' devices are currently supported "
+            f"{kind} error: {shorten(value)}: only 'all' devices are currently supported "
             f"(set NVIDIA_{kind.upper().replace('-', '_')}_DEVICES=all)")
     if migs and not everything:
         raise SelectionError(
