@@ -95,6 +95,7 @@ class NvhookConfig:
     ldcache: str = "write"  # how the container's ld.so.cache is updated: write | ldconfig
     runtime_mode: str = "legacy"  # "spec": the runtime wrapper writes devices/mounts to the spec
     sim_procfs: bool = False  # simulated driver: the hook mounts a tmpfs on /proc/driver
+    mps_pipe_directory: str = "/tmp/nvidia-mps"  # libnvc: $CUDA_MPS_PIPE_DIRECTORY (not read)
 
 
 @record
@@ -164,6 +165,7 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.ldcache", "nvhook", "ldcache", _STR),
     ("nvhook.runtime-mode", "nvhook", "runtime_mode", _STR),
     ("nvhook.sim-procfs", "nvhook", "sim_procfs", _BOOL),
+    ("nvhook.mps-pipe-directory", "nvhook", "mps_pipe_directory", _STR),
 )  # fmt: skip
 
 _GROUPS: dict[str, type[Any]] = {
@@ -247,7 +249,7 @@ def config_from_document(document: dict[str, Any], path: str | None) -> HookConf
         groups["cli"]["ldconfig"], features.allow_ldconfig_from_container, checked=path is not None
     )
     _check_choice(groups["nvhook"], "ldcache", "nvhook.ldcache", LDCACHE_MODES, where)
-    for attr in ("proc_root", "timing_log", "cache_dir"):
+    for attr in ("proc_root", "timing_log", "cache_dir", "mps_pipe_directory"):
         _check_absolute(groups["nvhook"], attr, f"nvhook.{attr.replace('_', '-')}", where)
     top["supported_driver_capabilities"] = parse_supported_capabilities(
         top.get("supported_driver_capabilities", ",".join(KNOWN_CAPABILITIES))

@@ -7,11 +7,24 @@ defaults. The TOML document is parsed once per change of the file: it is kept in
 cache (`nvmount.cachefile`, /run/nvhook) keyed by the file's dev/inode/size/mtime/ctime and
 nvhook's version, so a container start with an unchanged config imports no TOML parser. The
 document is validated every time (`nvhook.config.config_from_document`).
+
+The hook's environment is an input an image may control (older runtimes and some wrappers hand
+the hook the container's environment), so a file named by the environment is honoured only
+when it is trusted (`untrusted_reason`): an absolute path to a regular file owned by root (or
+by the user running the hook) and writable by nobody else, in directories that nobody else can
+write to (sticky ones like /tmp excepted), and - for a hook running as root - not inside its
+starting directory (runc: the container's bundle, which holds the image). A relative or
+untrusted `NVIDIA_CTK_CONFIG_FILE_PATH` is an error; a relative or untrusted
+`$XDG_CONFIG_HOME` file is skipped with a warning (the search goes on to /etc). `--config`
+comes from the hook entry's arguments (the runtime's configuration) and is used as given.
+Every file is opened O_NONBLOCK and must be a regular file (a FIFO cannot stall the hook); at
+most 4 MiB is read.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 from nvhook import __version__
 from nvhook.errors import ConfigError
@@ -27,7 +40,8 @@ if TYPE_CHECKING:
 
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
-_MAX_CONFIG_BYTES = 4 * 1024 * 1024
+XDG_ENV = "XDG_CONFIG_HOME"
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _CACHE_NAME = "config"  # {path: (file stamp, document)} of the last few files parsed
 _CACHED_FILES = 8
 
@@ -36,19 +50,73 @@ def find_config(
     explicit_path: str | None, environ: Mapping[str, str], cwd: str | None = None
 ) -> tuple[str | None, str]:
     """(path to load or None for built-in defaults, what named it: "--config",
-    "NVIDIA_CTK_CONFIG_FILE_PATH", or "" for the default search, whose files are optional).
-    Relative explicit paths are taken relative to `cwd` (the hook's original directory)."""
-    named = ((explicit_path, "--config"), (environ.get(CONFIG_PATH_ENV), CONFIG_PATH_ENV))
-    for path, origin in named:
-        if path:
-            return (os.path.join(cwd, path) if cwd else path), origin
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    candidates = [os.path.join(xdg, "nvidia-container-runtime", "config.toml")] if xdg else []
-    candidates.append(DEFAULT_CONFIG_PATH)
-    for candidate in candidates:
+    "NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME", or "" for /etc; the last two are
+    optional). A relative `--config` is taken relative to `cwd` (the hook's original
+    directory); a relative `NVIDIA_CTK_CONFIG_FILE_PATH` is an error."""
+    if explicit_path:
+        return (os.path.join(cwd, explicit_path) if cwd else explicit_path), "--config"
+    named = environ.get(CONFIG_PATH_ENV)
+    if named:
+        if not named.startswith("/"):
+            raise ConfigError(
+                f"{CONFIG_PATH_ENV}={shorten(named)!r}: not an absolute path (paths from the "
+                "hook's environment must be absolute; name the file with --config instead)")
+        return named, CONFIG_PATH_ENV
+    xdg = environ.get(XDG_ENV, "")
+    if xdg.startswith("/"):  # the XDG spec: a relative value is invalid and ignored
+        candidate = os.path.join(xdg, "nvidia-container-runtime", "config.toml")
         if os.path.exists(candidate):
-            return candidate, ""
+            why = untrusted_reason(candidate, cwd)
+            if why is None:
+                return candidate, XDG_ENV
+            _warn(f"ignoring {shorten(candidate, 300)} named by {XDG_ENV}: {why}")
+    if os.path.exists(DEFAULT_CONFIG_PATH):
+        return DEFAULT_CONFIG_PATH, ""
     return None, ""
+
+
+def _warn(message: str) -> None:
+    from nvmount.log import get_logger
+
+    get_logger(__name__).warning("%s", message)
+
+
+def untrusted_reason(path: str, cwd: str | None) -> str | None:
+    """Why `path` must not configure the hook (None: trusted). See the module docstring."""
+    trusted = {0, os.geteuid()}
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None  # missing or unreadable: the open reports it
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid not in trusted or st.st_mode & 0o022:
+        return _who_may_write(real, st)
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            pst = os.lstat(parent)
+        except OSError as err:
+            return f"cannot check directory {parent}: {err.strerror}"
+        sticky = pst.st_mode & stat.S_ISVTX
+        if pst.st_uid not in trusted or (pst.st_mode & 0o022 and not sticky):
+            return f"directory {parent} is {_who_may_write(parent, pst)}"
+        if parent == "/":
+            break
+        parent = os.path.dirname(parent)
+    if cwd and os.geteuid() == 0:
+        base = os.path.realpath(cwd)
+        if real == base or real.startswith(base.rstrip("/") + "/"):
+            return (f"it is inside the hook's starting directory {base} (the container's "
+                    "bundle: the image must not configure the hook)")
+    return None
+
+
+def _who_may_write(path: str, st: os.stat_result) -> str:
+    mode = st.st_mode & 0o777
+    return (f"owned by uid {st.st_uid} with mode {mode:04o}: writable by someone other than "
+            "root (trusted files are owned by root and writable only by it)")
 
 
 def load_config(
@@ -62,6 +130,11 @@ def load_config(
     path, origin = find_config(explicit_path, environ, cwd)
     if path is None:
         return config_from_document({}, None)
+    if origin == CONFIG_PATH_ENV:  # trusted first, cached or not (the module docstring)
+        why = untrusted_reason(path, cwd)
+        if why is not None:
+            raise ConfigError(f"couldn't use configuration file {shorten(path, 300)} named by "
+                              f"{CONFIG_PATH_ENV}: {why}")
     stamp = file_stamp(path)
     entries = cached_entries()
     hit = entries.get(path)
@@ -96,20 +169,9 @@ def gate_facts(config: HookConfig) -> tuple[tuple[str, ...], bool, bool]:
 
 def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
     """The parsed file; None when an optional (default) file vanished after the lookup."""
-    try:
-        with open(path, "rb") as stream:
-            data = stream.read(_MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError as err:
-        if not origin:
-            return None
-        raise ConfigError(
-            f"couldn't open required configuration file {path}: file does not exist "
-            f"(named by {origin}; create it or name an existing file)"
-        ) from err
-    except OSError as err:
-        raise ConfigError(f"couldn't open configuration file {path}: {err.strerror}") from err
-    if len(data) > _MAX_CONFIG_BYTES:
-        raise ConfigError(f"couldn't load configuration file {path}: larger than 4 MiB")
+    data = _read_bounded(path, origin)
+    if data is None:
+        return None
     try:
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
@@ -121,3 +183,34 @@ def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
             f"couldn't parse configuration file {path}: {shorten(str(err), 200)} (fix the TOML "
             "syntax)"
         ) from err
+
+
+def _read_bounded(path: str, origin: str) -> bytes | None:
+    """At most MAX_CONFIG_BYTES of the regular file `path`, opened without blocking."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError as err:
+        if origin in ("", XDG_ENV):
+            return None
+        raise ConfigError(
+            f"couldn't open required configuration file {path}: file does not exist "
+            f"(named by {origin}; create it or name an existing file)"
+        ) from err
+    except OSError as err:
+        raise ConfigError(f"couldn't open configuration file {path}: {err.strerror}") from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"couldn't open configuration file {path}: not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise ConfigError(f"couldn't read configuration file {path}: {err.strerror}") from err
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"couldn't load configuration file {path}: larger than 4 MiB")
+    return b"".join(chunks)

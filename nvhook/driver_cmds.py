@@ -43,10 +43,13 @@ class _Parser(argparse.ArgumentParser):
 def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) -> DriverInventory:
     from nvhook.config_file import load_config
     from nvmount.discover.driver import discover_driver
+    from nvmount.discover.options import DiscoveryOptions
+    from nvmount.records import replace
 
     cfg = load_config(opts.config_path, os.environ)
     if cfg.cli.load_kmods:
         log.debug("load-kmods: kernel modules are not loaded by nvhook (use nvidia-modprobe)")
+    discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory)
     return discover_driver(cfg.cli.root or "/", cfg.cli.ldcache or "/etc/ld.so.cache",
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 

@@ -76,7 +76,7 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
     opts = discovery.DiscoveryOptions(no_persistenced=options.no_persistenced,
                                    no_fabricmanager=options.no_fabricmanager,
                                    no_gsp_firmware=options.no_gsp_firmware,
-                                   mig_minors=mig_minors)
+                                   mps_pipe_dir=options.mps_pipe_dir, mig_minors=mig_minors)
     path_env = discovery.binary_search_path()
 
     def run() -> DriverInventory:

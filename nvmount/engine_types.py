@@ -46,6 +46,7 @@ class EngineOptions:
     no_persistenced: bool = False
     no_fabricmanager: bool = False
     no_gsp_firmware: bool = False
+    mps_pipe_dir: str = "/tmp/nvidia-mps"  # in the driver root; from the config, never the env
     timing_log: str = ""
     ldcache_mode: str = "write"  # "write": the hook updates ld.so.cache; "ldconfig": ldconfig
     cache_dir: str = ""  # root-only inventory cache ("" = discover every time)

@@ -88,7 +88,7 @@ def find_compat_libs(root: Root) -> tuple[str, ...]:
     except PathError:
         return ()
     try:
-        names = sorted(n for n in os.listdir(dfd)[:MAX_COMPAT_ENTRIES] if is_compat_lib_name(n))
+        names = sorted(n for n in _first_names(dfd, MAX_COMPAT_ENTRIES) if is_compat_lib_name(n))
     finally:
         os.close(dfd)
     found: set[str] = set()
@@ -106,6 +106,20 @@ def find_compat_libs(root: Root) -> tuple[str, ...]:
         finally:
             os.close(fd)
     return tuple(sorted(found))
+
+
+def _first_names(dfd: int, limit: int) -> list[str]:
+    """The names of the first `limit` entries of directory `dfd`: a huge image directory is
+    not read to the end (os.listdir would list all of it before any cut)."""
+    names: list[str] = []
+    with os.scandir(dfd) as entries:
+        for entry in entries:
+            if len(names) >= limit:
+                log.info("compat dir %s has more than %d entries: the rest is ignored",
+                         COMPAT_DIR, limit)
+                break
+            names.append(entry.name)
+    return names
 
 
 def _is_dir(root: Root, path: str) -> bool:

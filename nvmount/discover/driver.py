@@ -45,8 +45,9 @@ def discover_driver(
 
     `ldcache` is the cache path inside the root. `nvml` replaces the real NVML (tests, or a
     caller that already holds a session); otherwise libnvidia-ml.so.1 is loaded from the
-    root's cache. `path_env` is where binaries are searched (default: $PATH, else a standard
-    PATH). Raises `DriverError` (`NvmlError` for NVML failures) naming what to fix.
+    root's cache. `path_env` is where binaries are searched (default: `DEFAULT_PATH`, never
+    the hook's $PATH, which an image may control). Raises `DriverError` (`NvmlError` for NVML
+    failures) naming what to fix.
     """
     opts = options or DiscoveryOptions()
     droot = DriverRoot(root)
@@ -105,7 +106,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         droot, entries, arches[1], names, nvrm, FileKind.LIBRARY32, warnings)
     bins = files.find_binaries(
         droot, files.UTILITY_BINS + (() if opts.no_mps else files.COMPUTE_BINS),
-        path_env if path_env is not None else os.environ.get("PATH", DEFAULT_PATH), warnings)
+        DEFAULT_PATH if path_env is None else path_env, warnings)
     firmware = () if opts.no_gsp_firmware else files.find_firmware(droot, nvrm, warnings)
     majors = dev.read_char_majors(proc_root)
     control = dev.control_nodes(droot, majors, dev.NodeOptions(opts.no_uvm, opts.no_modeset),

@@ -17,10 +17,12 @@ from __future__ import annotations
 import errno
 import os
 
+from nvmount.bounds import shorten
 from nvmount.errors import DriverError, strerror
 from nvmount.records import record
 
 MAX_LINKS = 40
+MAX_STEPS = 1024  # components per resolution, link texts included (40 x 4 KiB of "../" = 80k)
 _NOT_A_LINK = ""  # memo value: the component exists and is not a symlink
 
 
@@ -69,9 +71,14 @@ class DriverRoot:
         pending = list(reversed(path.split("/")))
         parts: list[str] = []
         missing = False
-        links = 0
+        links = steps = 0
         while pending:
             name = pending.pop()
+            steps += 1
+            if steps > MAX_STEPS:
+                raise DriverError(f"path error: {self.host(shorten(path))}: more than {MAX_STEPS} "
+                                  "path components, symlink texts included (fix the symlinks "
+                                  "in the driver root)")
             if name in ("", "."):
                 continue
             if name == "..":

@@ -20,7 +20,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 @record
 class DiscoveryOptions:
-    """libnvc's driver options (§1.1) plus what it reads from its environment."""
+    """libnvc's driver options (§1.1); what libnvc reads from its environment comes from the
+    config here (the hook's environment is an input an image may control: issue 8)."""
 
     no_glvnd: bool = False
     no_uvm: bool = False
@@ -29,7 +30,7 @@ class DiscoveryOptions:
     no_persistenced: bool = False
     no_fabricmanager: bool = False
     no_gsp_firmware: bool = False
-    mps_pipe_dir: str | None = None  # None: $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps
+    mps_pipe_dir: str = MPS_PIPE_DIR  # from [nvhook] mps-pipe-directory, never the env
     # read <proc_root>/driver/nvidia-caps/mig-minors (only mig-config/mig-monitor `all` uses
     # it; the kernel lists ~4300 lines, so a container start that does not ask can skip it)
     mig_minors: bool = True
@@ -38,8 +39,8 @@ class DiscoveryOptions:
 
 
 def binary_search_path() -> str:
-    """Where driver binaries are searched: $PATH, else the standard PATH."""
-    return os.environ.get("PATH", DEFAULT_PATH)
+    """Where driver binaries are searched: the standard PATH, never the hook's $PATH."""
+    return DEFAULT_PATH
 
 
 def discovery_key(root: str, ldcache: str, proc_root: str, opts: DiscoveryOptions,
@@ -61,7 +62,7 @@ def watched_paths(root: str, opts: DiscoveryOptions, path_env: str) -> tuple[str
 
 
 def ipc_path_list(opts: DiscoveryOptions) -> tuple[tuple[str, Cap], ...]:
-    mps = opts.mps_pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_PIPE_DIR
+    mps = opts.mps_pipe_dir or MPS_PIPE_DIR
     return ipc_paths(no_persistenced=opts.no_persistenced,
                            no_fabricmanager=opts.no_fabricmanager, no_mps=opts.no_mps,
                            mps_pipe_dir=mps)

@@ -21,6 +21,7 @@ import stat
 from nvmount.errors import PathError
 from nvmount.fs.paths import (
     MAX_SYMLINKS,
+    MAX_WALK_STEPS,
     NAME_MAX,
     PATH_MAX,
     Created,
@@ -53,20 +54,24 @@ class Walker:
         self.links = 0
 
     def walk(self, path: str) -> int:
-        """An fd on directory `path` (created as needed); the caller closes it."""
+        """An fd on directory `path` (created as needed); the caller closes it. At most
+        `MAX_WALK_STEPS` components are visited (link texts included): PathError beyond."""
         if len(path.encode()) >= PATH_MAX:
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
-        todo = split_path(path)
+        todo = split_path(path)[::-1]  # a stack: the next component is last
         cur = os.dup(self.root.fd)
         real = "/"
+        steps = 0
         try:
             while todo:
-                comp = todo.pop(0)
-                nxt, real, link = self._step(cur, real, comp)
+                steps += 1
+                if steps > MAX_WALK_STEPS:
+                    raise self._too_many_steps(path)
+                nxt, real, link = self._step(cur, real, todo.pop())
                 os.close(cur)
                 cur = nxt
                 if link is not None:
-                    todo[:0] = split_path(link)
+                    todo += split_path(link)[::-1]
                     if link.startswith("/"):
                         os.close(cur)
                         cur, real = os.dup(self.root.fd), "/"
@@ -74,6 +79,12 @@ class Walker:
             os.close(cur)
             raise
         return cur
+
+    def _too_many_steps(self, path: str) -> PathError:
+        return PathError(
+            f"resolve {show(path)} in rootfs {self.root.host_path}: more than {MAX_WALK_STEPS} "
+            "path components to walk, symlink texts included (long '../' chains?) (simplify "
+            "the image's symlinks)")
 
     def _step(self, cur: int, real: str, comp: str) -> tuple[int, str, str | None]:
         """Descend from `cur` (at container path `real`) into `comp`.

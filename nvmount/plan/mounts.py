@@ -38,8 +38,8 @@ from nvmount.capabilities import DriverCapability
 from nvmount.plan.devices import plan_devices
 from nvmount.plan.procfs import plan_app_profile, plan_procfs
 from nvmount.plan.types import (
+    RO_IPC,
     RO_LIB,
-    RW_IPC,
     Bind,
     CompatMode,
     MountPlan,
@@ -212,7 +212,7 @@ def _plan_firmware_ipc(
         if is_wanted(f.capabilities, capabilities):
             kind = (SourceKind.SOCKET if posixpath.basename(f.container_path) == "socket"
                     else SourceKind.DIRECTORY)
-            binds.append(Bind(f.host_path, f.container_path, kind, RW_IPC, "ipc",
+            binds.append(Bind(f.host_path, f.container_path, kind, RO_IPC, "ipc",
                               gate=f.capabilities))
     return binds
 

@@ -36,7 +36,10 @@ members(MountFlag, NONE=0, RDONLY=1, NOSUID=2, NODEV=4, NOEXEC=8)
 
 RO_LIB = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID
 RO_DEV = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
-RW_IPC = MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
+# IPC sockets and the MPS pipe dir are bound read-only (libnvc binds them rw): connect() and
+# writing to a FIFO work on a read-only mount; creating or removing entries in the host
+# directory does not. NVIDIA documents no need for the container to write there.
+RO_IPC = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
 RO_PROC = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
 
 

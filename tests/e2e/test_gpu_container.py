@@ -159,9 +159,8 @@ def test_mount_options(gpu: GpuRig) -> None:
         assert {"ro", "nosuid", "noexec"} <= p.mount(target).options, target
     for target in exp.proc:
         assert {"ro", "nosuid", "nodev", "noexec"} <= p.mount(target).options, target
-    for target in exp.ipc:
-        opts = p.mount(target).options
-        assert {"nosuid", "nodev", "noexec"} <= opts and "rw" in opts, target
+    for target in exp.ipc:  # read-only (libnvc: rw): sockets and FIFOs work on ro mounts
+        assert {"ro", "nosuid", "nodev", "noexec"} <= p.mount(target).options, target
     assert p.mount("/proc/driver/nvidia").fstype == "tmpfs"
 
 

@@ -23,9 +23,9 @@ from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
 from nvmount.plan.types import (
     RO_DEV,
+    RO_IPC,
     RO_LIB,
     RO_PROC,
-    RW_IPC,
     Bind,
     MountPlan,
     PlanEntry,
@@ -119,7 +119,7 @@ def full_plan(h: Path) -> MountPlan:
         Symlink(f"{LIB}/libcuda.so.1", f"libcuda.so.{VER}", "soname link"),
         Symlink(f"{LIB}/libnvidia-ml.so.1", f"libnvidia-ml.so.{VER}", "soname link"),
         Bind(str(h / "run/nvidia-persistenced/socket"), "/run/nvidia-persistenced/socket",
-             SourceKind.SOCKET, RW_IPC, "ipc"),
+             SourceKind.SOCKET, RO_IPC, "ipc"),
         Bind(str(h / "dev/nvidia0"), "/dev/nvidia0", SourceKind.DEVICE, RO_DEV, "gpu device",
              rdev=(1, 3)),
     ]
@@ -183,7 +183,7 @@ def test_apply_then_rollback(tmp_path: Path) -> None:
     dev = set(str(seen["dev_opts"]).split(","))
     assert {"ro", "nosuid", "noexec"} <= dev and "nodev" not in dev
     ipc = set(str(seen["ipc_opts"]).split(","))
-    assert "rw" in ipc and {"nosuid", "nodev", "noexec"} <= ipc
+    assert {"ro", "nosuid", "nodev", "noexec"} <= ipc  # read-only: issue 8
     assert {"ro", "nosuid", "nodev", "noexec"} <= set(str(seen["proc_opts"]).split(","))
     assert seen["params"] == b"ModifyDeviceFiles: 0\n"
     assert seen["gpu_info"] == "Model: sim\n"

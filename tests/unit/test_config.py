@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -418,11 +419,91 @@ def test_missing_xdg_file_falls_through(tmp_path: Path) -> None:
     assert load_config(None, {"XDG_CONFIG_HOME": str(tmp_path / "none")}).swarm_resource == "etc"
 
 
-def test_relative_paths_use_cwd(tmp_path: Path) -> None:
+def test_relative_config_flag_uses_cwd(tmp_path: Path) -> None:
     _write(tmp_path / "c.toml", "rel")
     assert load_config("c.toml", {}, cwd=str(tmp_path)).swarm_resource == "rel"
-    environ = {"NVIDIA_CTK_CONFIG_FILE_PATH": "c.toml"}
-    assert load_config(None, environ, cwd=str(tmp_path)).swarm_resource == "rel"
+
+
+# ---- files named by the hook's environment (an image may control it: issue 8, class 2) ----
+
+def test_relative_env_path_is_an_error_never_the_bundle(tmp_path: Path) -> None:
+    """Before: NVIDIA_CTK_CONFIG_FILE_PATH=rootfs/etc/x.toml was joined with the hook's cwd
+    (the bundle), so the image supplied the whole config."""
+    _write(tmp_path / "c.toml", "rel")
+    with pytest.raises(ConfigError, match=r"^NVIDIA_CTK_CONFIG_FILE_PATH='c.toml': not an "
+                       "absolute path"):
+        load_config(None, {"NVIDIA_CTK_CONFIG_FILE_PATH": "c.toml"}, cwd=str(tmp_path))
+
+
+def test_relative_xdg_config_home_is_ignored(tmp_path: Path) -> None:
+    _write(tmp_path / "xdg" / "nvidia-container-runtime" / "config.toml", "xdg")
+    _write(Path(config_file.DEFAULT_CONFIG_PATH), "etc")
+    config = load_config(None, {"XDG_CONFIG_HOME": "xdg"}, cwd=str(tmp_path))
+    assert config.swarm_resource == "etc"
+
+
+UNTRUSTED = [
+    # (what to do to the file or its directory, the reason's words)
+    ("inside-bundle", "inside the hook's starting directory"),
+    ("group-writable", "mode 0664"),
+    ("other-owner", "owned by uid 4321"),
+    ("dir-world-writable", "directory"),
+    ("fifo", "not a regular file"),
+]
+
+
+def _untrusted(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """(config file, the hook's cwd) made untrusted in way `how`."""
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs" / "etc").mkdir(parents=True)
+    path = tmp_path / "elsewhere" / "nvidia-container-runtime" / "config.toml"
+    if how == "inside-bundle":
+        path = bundle / "rootfs" / "etc" / "nvidia-container-runtime" / "config.toml"
+    if how == "fifo":
+        path.parent.mkdir(parents=True)
+        os.mkfifo(path)
+        return path, bundle
+    _write(path, "untrusted")
+    if how == "group-writable":
+        path.chmod(0o664)
+    elif how == "other-owner":
+        os.chown(path, 4321, 4321)
+    elif how == "dir-world-writable":
+        path.parent.chmod(0o777)
+    return path, bundle
+
+
+@pytest.mark.parametrize(("how", "words"), UNTRUSTED, ids=[u[0] for u in UNTRUSTED])
+def test_env_named_file_must_be_trusted(tmp_path: Path, how: str, words: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("ownership checks need root (chown, the bundle rule)")
+    path, bundle = _untrusted(tmp_path, how)
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"NVIDIA_CTK_CONFIG_FILE_PATH": str(path)}, cwd=str(bundle))
+    assert str(info.value).startswith(f"couldn't use configuration file {path} named by "
+                                      "NVIDIA_CTK_CONFIG_FILE_PATH: ")
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(("how", "words"), UNTRUSTED, ids=[u[0] for u in UNTRUSTED])
+def test_untrusted_xdg_file_falls_through_to_etc(tmp_path: Path, how: str, words: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("ownership checks need root (chown, the bundle rule)")
+    target, bundle = _untrusted(tmp_path, how)
+    xdg = target.parent.parent
+    _write(Path(config_file.DEFAULT_CONFIG_PATH), "etc")
+    with caplog.at_level("WARNING"):
+        config = load_config(None, {"XDG_CONFIG_HOME": str(xdg)}, cwd=str(bundle))
+    assert config.swarm_resource == "etc"
+    assert f"ignoring {target} named by XDG_CONFIG_HOME: " in caplog.text
+
+
+def test_config_file_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(str(fifo), {})
 
 
 def test_config_is_frozen() -> None:

@@ -186,8 +186,11 @@ def test_ipc_per_capability(inv: DriverInventory, cap: Cap) -> None:
 def test_ipc_options_and_mps_dir(sim_root: SimRoot, monkeypatch: pytest.MonkeyPatch) -> None:
     inv = discover(sim_root, no_persistenced=True, no_fabricmanager=True)
     assert [f.container_path for f in inv.ipc] == ["/tmp/nvidia-mps"]
-    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/run")
-    assert [f.container_path for f in discover(sim_root).ipc][-1] == "/run"
+    # the hook's environment chooses nothing (an image may control it: issue 8, class 2);
+    # with driver root / the variable would have bound the host's /etc into the container
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/etc")
+    assert [f.container_path for f in discover(sim_root).ipc][-1] == "/tmp/nvidia-mps"
+    assert [f.container_path for f in discover(sim_root, mps_pipe_dir="/run").ipc][-1] == "/run"
     inv = discover(sim_root, mps_pipe_dir="/var/run/nowhere")
     assert "missing ipc path /var/run/nowhere" in inv.warnings
 

@@ -28,7 +28,7 @@ from nvmount.apply.namespace import entered
 from nvmount.errors import MountError
 from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
-from nvmount.plan.types import RO_DEV, RO_LIB, RO_PROC, RW_IPC, MountFlag, SourceKind
+from nvmount.plan.types import RO_DEV, RO_IPC, RO_LIB, RO_PROC, MountFlag, SourceKind
 from tests.fixtures.privns import in_private_ns, sleeper
 from tests.unit.test_rootfs import listing
 
@@ -148,7 +148,7 @@ def test_clone_source_checks(host: Path, name: str, kind: SourceKind, rdev, erro
 CASES = [
     ("lib/libcuda.so.999", "/usr/lib/x86_64-linux-gnu/libcuda.so.999", SourceKind.FILE, RO_LIB),
     ("nvidia0", "/dev/nvidia0", SourceKind.DEVICE, RO_DEV),
-    ("socket", "/run/nvidia-persistenced/socket", SourceKind.SOCKET, RW_IPC),
+    ("socket", "/run/nvidia-persistenced/socket", SourceKind.SOCKET, RO_IPC),
     ("gpus/0000:01:00.0", "/proc/driver/nvidia/gpus/0000:01:00.0", SourceKind.DIRECTORY, RO_PROC),
 ]
 
@@ -212,7 +212,7 @@ def test_clone_on_host_then_attach_in_container_namespace(host: Path, rootfs: Pa
     want = {
         "/usr/lib/x86_64-linux-gnu/libcuda.so.999": {"ro", "nosuid", "nodev"},
         "/dev/nvidia0": {"ro", "nosuid", "noexec"},
-        "/run/nvidia-persistenced/socket": {"rw", "nosuid", "nodev", "noexec"},
+        "/run/nvidia-persistenced/socket": {"ro", "nosuid", "nodev", "noexec"},
         "/proc/driver/nvidia/gpus/0000:01:00.0": {"ro", "nosuid", "nodev", "noexec"},
     }
     for target, opts in want.items():

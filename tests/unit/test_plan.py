@@ -24,9 +24,9 @@ from nvmount.plan.procfs import (
 from nvmount.plan.selection import Selection, select_devices
 from nvmount.plan.types import (
     RO_DEV,
+    RO_IPC,
     RO_LIB,
     RO_PROC,
-    RW_IPC,
     Bind,
     CompatMode,
     MountFlag,
@@ -210,7 +210,7 @@ def test_flags_and_kinds_per_entry() -> None:
     ipc = {e.target: e for e in plan.entries if isinstance(e, Bind) and e.what == "ipc"}
     assert ipc["/run/nvidia-persistenced/socket"].kind is SourceKind.SOCKET
     assert ipc["/tmp/nvidia-mps"].kind is SourceKind.DIRECTORY
-    assert all(e.flags == RW_IPC for e in ipc.values())
+    assert all(e.flags == RO_IPC for e in ipc.values())
     assert all(e.flags == RO_PROC for e in plan.entries if isinstance(e, Tmpfs))
     assert RO_LIB.names() == "ro,nosuid,nodev"
     assert MountFlag.NONE.names() == "rw"
