@@ -170,7 +170,9 @@ class Run:
         return done
 
     def _ldconfig(self) -> LdconfigResult:
-        from nvmount.ldcache.ldconfig import run_ldconfig
+        from nvmount.cgroup.find import process_cgroups
+        from nvmount.errors import CgroupError
+        from nvmount.ldcache.ldconfig import LdconfigResult, run_ldconfig
         from nvmount.ldcache.setting import resolve_ldconfig
 
         path = resolve_ldconfig(self.options.ldconfig)
@@ -179,10 +181,19 @@ class Run:
         except OSError as err:
             raise LdcacheError(f"run ldconfig {path}: {err.strerror}") from err
         self._still_alive("before ldconfig")  # its cache rewrite is the one effect kept
-        result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.ns_rootfs,
-                              dirs=self.plan.ldconfig_dirs, ldconfig_path=path,
-                              uid=self.handle.uid, gid=self.handle.gid,
-                              timeout=self.options.ldconfig_timeout, libc=self.libc)
+        try:  # the sandbox runs in every cgroup of the container (memory, pids, cpu, devices)
+            cgroups = process_cgroups(self.handle.pid, self.options.host_proc)
+        except CgroupError as err:
+            result = LdconfigResult(ran=False, ok=False, reason=str(err),
+                                    warning=f"ldconfig not run: {err}")
+        else:
+            result = run_ldconfig(mntns_fd=self.handle.mntns_fd, rootfs=self.handle.ns_rootfs,
+                                  dirs=self.plan.ldconfig_dirs, ldconfig_path=path,
+                                  uid=self.handle.uid, gid=self.handle.gid,
+                                  timeout=self.options.ldconfig_timeout, libc=self.libc,
+                                  cgroups=cgroups)
+        for note in result.notes:
+            log.warning("ldconfig: %s", note)
         if not result.ok:
             if self.options.ldconfig_required:
                 raise LdcacheError(f"{result.warning} (ldconfig-required = true)")

@@ -78,7 +78,8 @@ members(Stage, INIT="init", KMODS="kmods", CONTAINER="container", MOUNT="mount",
 # - mountpoints are created as the container owner (setfsuid: SETUID/SETGID) in directories
 #   the owner may not be able to write as uid 0 without DAC_OVERRIDE (user namespaces);
 # - the ldconfig child drops to the container owner (SETUID/SETGID), drops the bounding set and
-#   sets securebits (SETPCAP); the hook kills it on timeout (KILL: its uid differs);
+#   sets securebits (SETPCAP); the hook kills it on timeout (KILL: its uid differs); it joins
+#   the container's cgroups first (their cgroup.procs: DAC_OVERRIDE when delegated);
 # - writing devices.allow needs SYS_ADMIN (DAC_OVERRIDE when a delegated cgroup is not root's);
 #   cgroup-v2 device programs, measured on 6.18: BPF_PROG_LOAD needs BPF+NET_ADMIN or SYS_ADMIN
 #   (CAP_BPF alone: EPERM), BPF_PROG_QUERY/ATTACH/DETACH NET_ADMIN or SYS_ADMIN,
@@ -106,6 +107,7 @@ STAGE_CAPS: dict[Stage, frozenset[Cap]] = {
         {
             Cap.SYS_ADMIN,
             Cap.SYS_CHROOT,
+            Cap.DAC_OVERRIDE,  # the container's cgroup.procs files (delegated cgroups)
             Cap.DAC_READ_SEARCH,
             Cap.SETUID,
             Cap.SETGID,

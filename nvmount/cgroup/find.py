@@ -213,3 +213,57 @@ def find_cgroup(pid: int, proc_root: str = "/proc",
                       "namespace)")
 
 
+
+
+# -- every hierarchy (the ldconfig sandbox joins them all) -----------------------------------
+def hierarchy_candidates(lines: Sequence[CgroupLine],
+                         mounts: Sequence[MountEntry]) -> tuple[tuple[int, CgroupCandidate], ...]:
+    """(index in `lines`, candidate dir) for every non-root cgroup of `lines`, all hierarchies:
+    v1 lines (named ones included) on the cgroup mounts with their controllers, the v2 line
+    on cgroup2 mounts. Root cgroups are left out: joining them limits nothing."""
+    out = []
+    for index, ln in enumerate(lines):
+        if ln.path == "/":
+            continue
+        v2 = ln.hierarchy_id == 0 and not ln.controllers
+        for m in mounts:
+            if v2:
+                ok = m.fstype == "cgroup2"
+            else:
+                ok = m.fstype == "cgroup" and all(c in m.super_options for c in ln.controllers)
+            rel = _below(ln.path, m.root) if ok and (v2 or ln.controllers) else None
+            if rel is not None:
+                full = m.mount_point if rel == "/" else m.mount_point.rstrip("/") + rel
+                out.append((index, CgroupCandidate(2 if v2 else 1, full, m.mount_point,
+                                                   m.mount_id)))
+    return tuple(out)
+
+
+def process_cgroups(pid: int, proc_root: str = "/proc") -> tuple[CgroupTarget, ...]:
+    """The cgroup directories of `pid` in every hierarchy (one per cgroup line, reachable from
+    here), for a helper that must run under the same limits (memory, pids, cpu, devices).
+    Raises CgroupError when a non-root cgroup of `pid` has no reachable directory."""
+    cg_path = f"{proc_root}/{pid}/cgroup"
+    try:
+        lines = parse_proc_cgroup(_read(cg_path))
+        mounts = parse_mountinfo(_read(f"{proc_root}/self/mountinfo"))
+    except OSError as err:
+        raise CgroupError(f"read {err.filename}: {err.strerror} "
+                          f"(is process {pid} still running?)") from err
+    except ValueError as err:
+        raise CgroupError(f"parse {cg_path}: {err}") from err
+    found: dict[str, CgroupTarget] = {}
+    missing = {i for i, ln in enumerate(lines) if ln.path != "/"}
+    reachable: dict[str, int | None] = {}
+    for index, c in hierarchy_candidates(lines, mounts):
+        if c.mount_point not in reachable:
+            reachable[c.mount_point] = _mount_id_of(c.mount_point)
+        if reachable[c.mount_point] == c.mount_id and os.path.isdir(c.path):
+            found.setdefault(c.path, CgroupTarget(c.version, c.path))
+            missing.discard(index)
+    if missing:
+        where = ", ".join(f"{lines[i].hierarchy_id}:{','.join(lines[i].controllers)}:"
+                          f"{lines[i].path}" for i in sorted(missing))
+        raise CgroupError(f"find the cgroups of pid {pid}: {where} not reachable from this "
+                          "mount namespace (run the hook in the runtime's mount namespace)")
+    return tuple(found.values())

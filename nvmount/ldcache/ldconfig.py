@@ -8,11 +8,20 @@ Flow of `run_ldconfig`, in the hook process (host mount namespace, single-thread
 1. copy the host ldconfig into a memfd sealed against writes (CVE-2024-0135: the running
    helper's /proc/<pid>/exe is an immutable copy, never the host inode); refuse a dynamically
    linked ldconfig (its interpreter and libc would be loaded from the image);
-2. open the host /dev/null for stdin, a pipe for stdout+stderr and a status pipe;
+2. open the host /dev/null for stdin, a pipe for stdout+stderr, a status pipe and the
+   cgroup.procs files of the container's cgroups (the sandbox joins them);
 3. fork the sandbox (see the sandbox module for its steps) and supervise it with a pidfd and
    poll(2): drain the output (bounded), kill it at the wall-clock timeout;
 4. turn what happened into an `LdconfigResult`; the caller decides whether a failure fails
    the start (`[nvhook] ldconfig-required`).
+
+ldconfig never opens a device, FIFO or socket of the image: its view is nodev, it reads only
+a configuration we write (the image's, parsed with budgets: `nvmount.ldcache.ldconf`) and
+the library directories (checked for symlinks to FIFOs first), and writes only to tmpfs
+mounts of the sandbox; the cache is installed into the image by rename
+(`nvmount.ldcache.install`). Left: a process outside the container that shares a library
+directory with it (a sibling container's volume) can swap a FIFO in after the check; the
+wall-clock timeout bounds that stall.
 
 Deviation from NVIDIA: a container ldconfig (a value without '@') is always refused, even with
 `features.allow-ldconfig-from-container`: we never execute code from the image.
@@ -20,33 +29,32 @@ Deviation from NVIDIA: a container ldconfig (a value without '@') is always refu
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import importlib
 import os
-import select
 import signal
 import stat
 import struct
 import time
 
-from nvmount.errors import LdcacheError
+from nvmount import _libc as L
+from nvmount.errors import CgroupError, LdcacheError, strerror
 from nvmount.ldcache.sandbox import SandboxLimits, SandboxSpec, run_sandbox
 from nvmount.ldcache.seccomp import denylist_program
+from nvmount.ldcache.supervise import Supervised, supervise
 from nvmount.log import get_logger
-from nvmount.records import mutable_record, record, replace
+from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nvmount._libc import Libc
+    from nvmount.cgroup.common import CgroupTarget
 
 log = get_logger(__name__)
 
-LDCONFIG_OPTIONS = ("-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache")
-MAX_OUTPUT = 64 * 1024  # bytes of ldconfig output kept; the rest is drained and dropped
 MFD_EXEC = 0x10  # linux/memfd.h (6.3+): executable even when vm.memfd_noexec = 1
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 _PT_INTERP = 3
@@ -64,9 +72,10 @@ _SIGNAL_HINTS: dict[int, str] = {
 class LdconfigResult:
     """What happened to one ldconfig run.
 
-    ran: ldconfig was executed; ok: it exited 0 or was skipped for a benign reason (musl
-    image, no /etc); reason: why it did not run ("" when it ran); warning: what went wrong,
-    for the log ("" when ok); output: its stdout+stderr lines (bounded).
+    ran: ldconfig was executed; ok: it exited 0 and its cache was installed, or it was
+    skipped for a benign reason (musl image, no /etc); reason: why it did not run ("" when it
+    ran); warning: what went wrong, for the log ("" when ok); output: its stdout+stderr lines
+    (bounded); notes: what the sandbox skipped on the way (an include that is a FIFO...).
     """
 
     ran: bool
@@ -77,6 +86,7 @@ class LdconfigResult:
     signal: int | None = None
     duration: float = 0.0
     output: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def _elf_interp(fd: int) -> bool | None:
@@ -163,15 +173,17 @@ def run_ldconfig(
     timeout: float = 10.0,
     libc: Libc,
     limits: SandboxLimits | None = None,
+    cgroups: Sequence[CgroupTarget] = (),
 ) -> LdconfigResult:
     """Run the host `ldconfig_path` for the container rooted at `rootfs` (see the module doc).
 
     `mntns_fd` is an open fd of the container's mount namespace, `rootfs` the rootfs path as
     seen inside it, `dirs` the container directories to add (libs, libs32, CUDA compat),
-    `uid:gid` the container owner. Returns what happened; raises LdcacheError only for bad
-    arguments or a host ldconfig that must not be run.
+    `uid:gid` the container owner, `cgroups` the container's cgroup directories (all
+    hierarchies; the sandbox joins them). Returns what happened; raises LdcacheError only
+    for bad arguments or a host ldconfig that must not be run.
     """
-    argv = (ldconfig_path, *LDCONFIG_OPTIONS, *_check_dirs(dirs))
+    dirs = _check_dirs(dirs)
     start = time.monotonic()
     try:
         exec_fd = seal_binary(ldconfig_path)
@@ -181,24 +193,56 @@ def run_ldconfig(
                               warning=f"run ldconfig: host {ldconfig_path}: {why.lower()} "
                               "(install it or set nvidia-container-cli.ldconfig)")
     log.debug("executing %s from host at %s", ldconfig_path, rootfs)
-    spec = SandboxSpec(mntns_fd=mntns_fd, rootfs=rootfs, exec_fd=exec_fd, argv=argv, uid=uid,
-                       gid=gid, stdin_fd=-1, out_fd=-1, status_fd=-1,
+    spec = SandboxSpec(mntns_fd=mntns_fd, rootfs=rootfs, exec_fd=exec_fd, path=ldconfig_path,
+                       dirs=dirs, uid=uid, gid=gid, stdin_fd=-1, out_fd=-1, status_fd=-1,
                        limits=limits or SandboxLimits(),
-                       seccomp=denylist_program(os.uname().machine))
+                       seccomp=denylist_program(os.uname().machine, allow_fork=False))
     try:
+        spec = replace(spec, cgroup_fds=_open_cgroup_procs(cgroups, libc))
         sup = _run_sandbox(spec, start + timeout, libc)
-    except OSError as err:
-        return LdconfigResult(ran=False, ok=False, reason=str(err),
+    except (OSError, CgroupError) as err:
+        why = err.strerror or str(err) if isinstance(err, OSError) else str(err)
+        return LdconfigResult(ran=False, ok=False, reason=why,
                               duration=time.monotonic() - start,
-                              warning=f"start the ldconfig sandbox: {err.strerror or err}")
+                              warning=f"start the ldconfig sandbox: {why}")
     finally:
         os.close(exec_fd)
+        for _, fd in spec.cgroup_fds:
+            os.close(fd)
     result = _interpret(sup, ldconfig_path, timeout, time.monotonic() - start)
     log.debug("ldconfig: %s", result)
     return result
 
 
-def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> _Supervised:
+def _open_cgroup_procs(cgroups: Sequence[CgroupTarget], libc: Libc
+                       ) -> tuple[tuple[str, int], ...]:
+    """(cgroup dir, O_WRONLY fd of its cgroup.procs) for each cgroup (checked to be on a
+    cgroup filesystem, opened without magic links); the sandbox's keeper writes its pid."""
+    from nvmount.cgroup.common import open_cgroup_dir
+
+    opened: list[tuple[str, int]] = []
+    try:
+        for target in cgroups:
+            magic = L.CGROUP_SUPER_MAGIC if target.version == 1 else L.CGROUP2_SUPER_MAGIC
+            dfd = open_cgroup_dir(target.path, libc, os.O_PATH, magic, target.version)
+            try:
+                fd = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW,
+                             dir_fd=dfd)
+            except OSError as err:
+                raise CgroupError(f"open {target.path}/cgroup.procs: {strerror(err)} (the "
+                                  "ldconfig sandbox must run in the container's cgroups)"
+                                  ) from err
+            finally:
+                os.close(dfd)
+            opened.append((target.path, fd))
+    except BaseException:
+        for _, fd in opened:
+            os.close(fd)
+        raise
+    return tuple(opened)
+
+
+def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> Supervised:
     """Open stdin and the pipes, fork the sandbox and supervise it; closes what it opened."""
     fds: list[int] = []
     try:
@@ -218,107 +262,50 @@ def _run_sandbox(spec: SandboxSpec, deadline: float, libc: Libc) -> _Supervised:
         for fd in (out_w, status_w, devnull):
             os.close(fd)
             fds.remove(fd)
-        return _supervise(pid, out_r, status_r, deadline, libc)
+        return supervise(pid, out_r, status_r, deadline, libc)
     finally:
         for fd in fds:
             os.close(fd)
 
 
-@mutable_record
-class _Supervised:
-    """What the supervisor saw of the sandbox: exit, timeout, output, status."""
-
-    wait_status: int | None = None
-    timed_out: bool = False
-    output: bytes = b""
-    status: bytes = b""
-
-
-def _supervise(pid: int, out_r: int, status_r: int, deadline: float, libc: Libc) -> _Supervised:
-    """Wait for the sandbox, draining its pipes, killing it at `deadline` (no threads)."""
-    sup = _Supervised()
-    pidfd = os.pidfd_open(pid)
-    try:
-        poller = select.poll()
-        open_fds = {out_r, status_r, pidfd}
-        for fd in open_fds:
-            poller.register(fd, select.POLLIN)
-        while open_fds:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and pidfd in open_fds and not sup.timed_out:
-                _drain(status_r, sup, False)  # the worker's pid, if not read yet
-                _kill(sup, pidfd, libc)
-                sup.timed_out = True
-                deadline = time.monotonic() + 1.0  # grace to collect what is left
-                continue
-            if remaining <= 0:
-                break  # pipes held open past the grace time: give up on them
-            for fd, _ in poller.poll(remaining * 1000):
-                if fd == pidfd:
-                    _, sup.wait_status = os.waitpid(pid, 0)
-                elif _drain(fd, sup, fd == out_r):
-                    continue
-                poller.unregister(fd)
-                open_fds.discard(fd)
-    finally:
-        if sup.wait_status is None:  # interrupted: never leave it running
-            _kill(sup, pidfd, libc)
-            _, sup.wait_status = os.waitpid(pid, 0)
-        os.close(pidfd)
-    return sup
-
-
-def _kill(sup: _Supervised, pidfd: int, libc: Libc) -> None:
-    """Kill the worker (its pid is reserved while the unreaped keeper lives), then the keeper."""
-    for line in sup.status.decode("utf-8", "replace").splitlines():
-        kind, _, text = line.partition("\t")
-        if kind == "pid" and text.isdigit():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(text), signal.SIGKILL)  # pid 1 of its namespace: all of it dies
-    with contextlib.suppress(ProcessLookupError):
-        libc.pidfd_send_signal(pidfd, signal.SIGKILL)
-
-
-def _drain(fd: int, sup: _Supervised, is_output: bool) -> bool:
-    """Read what the non-blocking `fd` has (bounded); False at EOF."""
-    try:
-        data = os.read(fd, 65536)
-    except BlockingIOError:
-        return True
-    if not data:
-        return False
-    if is_output:
-        sup.output += data[: max(0, MAX_OUTPUT - len(sup.output))]
-    else:
-        sup.status += data[: max(0, MAX_OUTPUT - len(sup.status))]
-    return True
-
-
-def _interpret(sup: _Supervised, path: str, timeout: float, duration: float) -> LdconfigResult:
+def _interpret(sup: Supervised, path: str, timeout: float, duration: float) -> LdconfigResult:
     lines = tuple(sup.output.decode("utf-8", "replace").splitlines())
     said: dict[str, str] = {}
+    notes: list[str] = []
     for line in sup.status.decode("utf-8", "replace").splitlines():
         kind, _, text = line.partition("\t")
         said.setdefault(kind, text)
         if kind == "warn":
             log.debug("ldconfig sandbox: %s", text)
-    if sup.timed_out:
-        return LdconfigResult(ran=True, ok=False, signal=signal.SIGKILL, duration=duration,
-                              output=lines, reason="timeout",
+        elif kind == "note":
+            notes.append(text)
+    result = _outcome(said, sup.timed_out, path, timeout, lines)
+    return replace(result, duration=duration, notes=tuple(notes))
+
+
+def _outcome(said: dict[str, str], timed_out: bool, path: str, timeout: float,
+             lines: tuple[str, ...]) -> LdconfigResult:
+    if timed_out:
+        return LdconfigResult(ran=True, ok=False, signal=signal.SIGKILL, output=lines,
+                              reason="timeout",
                               warning=f"ldconfig {path} timed out after {timeout:g} s (killed)")
     if "error" in said:
-        return LdconfigResult(ran=False, ok=False, reason=said["error"], duration=duration,
-                              output=lines, warning=f"ldconfig sandbox: {said['error']}")
+        return LdconfigResult(ran=False, ok=False, reason=said["error"], output=lines,
+                              warning=f"ldconfig sandbox: {said['error']}")
     if "skip" in said:
-        return LdconfigResult(ran=False, ok=True, reason=said["skip"], duration=duration,
-                              output=lines)
+        return LdconfigResult(ran=False, ok=True, reason=said["skip"], output=lines)
     if "refuse" in said:
-        return LdconfigResult(ran=False, ok=False, reason=said["refuse"], duration=duration,
-                              output=lines, warning=f"ldconfig not run: {said['refuse']}")
-    if "exit" not in said or not said["exit"].isdigit():
-        return LdconfigResult(ran=False, ok=False, duration=duration, output=lines,
+        return LdconfigResult(ran=False, ok=False, reason=said["refuse"], output=lines,
+                              warning=f"ldconfig not run: {said['refuse']}")
+    status = said.get("ldconfig", said.get("exit", ""))
+    if not status.isdigit():
+        return LdconfigResult(ran=False, ok=False, output=lines,
                               warning="ldconfig sandbox: exited without reporting a status")
-    return _from_wait_status(int(said["exit"]), path, duration, lines)
+    result = _from_wait_status(int(status), path, 0.0, lines)
+    if "ldconfig" in said and result.ok and "installed" not in said:
+        why = said.get("install-error", "the sandbox stopped before installing the cache")
+        return replace(result, ok=False, warning=f"ldconfig {path}: {why}")
+    return result
 
 
 def _from_wait_status(st: int, path: str, duration: float, lines: tuple[str, ...]

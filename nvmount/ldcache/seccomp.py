@@ -9,7 +9,8 @@ new namespaces (user namespaces give back capabilities), mounts, keyrings, bpf, 
 io_uring, userfaultfd, ptrace, module/kexec/reboot/clock/host-name changes, handle-based
 opens. Everything denied fails with EPERM; clone3 with ENOSYS (its flags cannot be inspected,
 libc then falls back to clone, whose namespace flags are checked). A foreign architecture
-(e.g. the x32 ABI or 32-bit syscalls on x86_64) is killed.
+(e.g. the x32 ABI or 32-bit syscalls on x86_64) is killed. With `allow_fork=False` (ldconfig,
+which never starts a process) clone, fork and vfork fail with EPERM too.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ _NR: dict[str, dict[str, int]] = {
         "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "open_by_handle_at": 304,
         "name_to_handle_at": 303, "quotactl": 179, "syslog": 103, "vhangup": 153,
         "lookup_dcookie": 212, "iopl": 172, "ioperm": 173, "uselib": 134, "modify_ldt": 154,
-        "clone": 56,
+        "clone": 56, "fork": 57, "vfork": 58,
     },
     "aarch64": {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40,
@@ -80,12 +81,13 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def denylist_program(machine: str) -> bytes | None:
+def denylist_program(machine: str, *, allow_fork: bool = True) -> bytes | None:
     """The filter for `machine` (platform.machine()) as packed sock_filter entries, or None
     when we have no syscall table for it (the caller then runs without seccomp)."""
     if machine not in _NR:
         return None
     nr = {**_NR[machine], **_COMMON_NR}
+    denied = _DENIED if allow_fork else (*_DENIED, "clone", "fork", "vfork")
     eperm, enosys = RET_ERRNO | errno.EPERM, RET_ERRNO | errno.ENOSYS
     prog = [
         _insn(_LD_ABS, _OFF_ARCH),
@@ -95,7 +97,7 @@ def denylist_program(machine: str) -> bytes | None:
     ]
     if machine == "x86_64":  # x32 syscalls share the arch value: refuse them
         prog += [_insn(_JGE, _X32_SYSCALL_BIT, jf=1), _insn(_RET, eperm)]
-    for name in _DENIED:
+    for name in denied:
         if name in nr:
             prog += [_insn(_JEQ, nr[name], jf=1), _insn(_RET, eperm)]
     prog += [_insn(_JEQ, nr["clone3"], jf=1), _insn(_RET, enosys)]

@@ -17,6 +17,7 @@ from nvmount.cgroup.find import (
     cgroup_candidates,
     device_cgroups,
     find_cgroup,
+    hierarchy_candidates,
     parse_mountinfo,
     parse_proc_cgroup,
     unescape_mountinfo,
@@ -89,6 +90,28 @@ CANDIDATE_CASES = [
                          [c[1:] for c in CANDIDATE_CASES], ids=[c[0] for c in CANDIDATE_CASES])
 def test_cgroup_candidates(cgroup: str, mountinfo: str, want: tuple[CgroupCandidate, ...]) -> None:
     got = cgroup_candidates(parse_proc_cgroup(cgroup), parse_mountinfo(mountinfo))
+    assert got == want
+
+
+SYSTEMD_MOUNTINFO = "40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n"
+
+
+@pytest.mark.parametrize(("cgroup", "mountinfo", "want"), [
+    (RUNC_V1_CGROUP, HYBRID_MOUNTINFO + SYSTEMD_MOUNTINFO, (
+        (0, _c(1, "/sys/fs/cgroup/systemd/ctr", "/sys/fs/cgroup/systemd", 40)),
+        (1, _c(1, "/sys/fs/cgroup/devices/ctr", "/sys/fs/cgroup/devices", 36)),
+        (2, _c(1, "/sys/fs/cgroup/cpu/ctr", "/sys/fs/cgroup/cpu", 32)),
+        (3, _c(2, "/sys/fs/cgroup/unified/ctr", "/sys/fs/cgroup/unified", 41)))),
+    (RUNC_V2_CGROUP, PURE_V2_MOUNTINFO, ((3, _c(2, "/sys/fs/cgroup/ctr", "/sys/fs/cgroup", 27)),)),
+    (ROOT_ONLY_CGROUP, HYBRID_MOUNTINFO, ()),
+    ("4:cpu,devices:/a\n", COMOUNT_MOUNTINFO,
+     ((0, _c(1, "/sys/fs/cgroup/cpu,devices/a", "/sys/fs/cgroup/cpu,devices", 40)),)),
+    ("5:devices:/ctr/../../etc\n", HYBRID_MOUNTINFO, ()),
+], ids=["hybrid-every-hierarchy", "pure-v2", "root-only", "co-mounted", "dotdot"])
+def test_hierarchy_candidates_for_the_ldconfig_sandbox(
+        cgroup: str, mountinfo: str, want: tuple[tuple[int, CgroupCandidate], ...]) -> None:
+    """Every non-root cgroup of the container in every hierarchy: the sandbox joins them."""
+    got = hierarchy_candidates(parse_proc_cgroup(cgroup), parse_mountinfo(mountinfo))
     assert got == want
 
 
