@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from nvhook.errors import ConfigError
+from nvmount.bounds import shorten
 from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
 from nvmount.records import field, record
 
@@ -96,6 +97,7 @@ class NvhookConfig:
     runtime_mode: str = "legacy"  # "spec": the runtime wrapper writes devices/mounts to the spec
     sim_procfs: bool = False  # simulated driver: the hook mounts a tmpfs on /proc/driver
     mps_pipe_directory: str = "/tmp/nvidia-mps"  # libnvc: $CUDA_MPS_PIPE_DIRECTORY (not read)
+    test_faults: bool = False  # tests only: NVHOOK_FAULT (with --debug) arms fault injection
 
 
 @record
@@ -166,6 +168,7 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.runtime-mode", "nvhook", "runtime_mode", _STR),
     ("nvhook.sim-procfs", "nvhook", "sim_procfs", _BOOL),
     ("nvhook.mps-pipe-directory", "nvhook", "mps_pipe_directory", _STR),
+    ("nvhook.test-faults", "nvhook", "test_faults", _BOOL),
 )  # fmt: skip
 
 _GROUPS: dict[str, type[Any]] = {
@@ -204,8 +207,8 @@ def _lookup(document: dict[str, Any], dotted: str, where: str) -> Any:
         if not isinstance(node, dict):
             parent = ".".join(parts[:depth])
             raise ConfigError(
-                f"invalid config {where}: {parent} = {node!r} is {_a(_type_name(node))}, "
-                "expected a table"
+                f"invalid config {where}: {parent} = {shorten(repr(node), 200)} is "
+                f"{_a(_type_name(node))}, expected a table"
             )
         if part not in node:
             return None
@@ -221,8 +224,8 @@ def _checked(value: Any, key: str, kind: str, where: str) -> Any:
     }[kind]
     if not ok:
         raise ConfigError(
-            f"invalid config {where}: {key} = {value!r} is {_a(_type_name(value))}, "
-            f"expected {_a(kind)}"
+            f"invalid config {where}: {key} = {shorten(repr(value), 200)} is "
+            f"{_a(_type_name(value))}, expected {_a(kind)}"
         )
     return tuple(value) if kind == _LIST else value
 
@@ -263,14 +266,15 @@ def _check_choice(
 ) -> None:
     if attr in group and group[attr] not in allowed:
         shown = ", ".join(a if a else repr(a) for a in allowed)
-        raise ConfigError(f"invalid config {where}: {key} = {group[attr]!r} (allowed: {shown})")
+        raise ConfigError(f"invalid config {where}: {key} = {shorten(repr(group[attr]), 200)} "
+                          f"(allowed: {shown})")
 
 
 def _check_absolute(group: dict[str, Any], attr: str, key: str, where: str) -> None:
     value = group.get(attr)
     if value and not value.startswith("/"):
         raise ConfigError(
-            f"invalid config {where}: {key} = {value!r} is not an absolute path"
+            f"invalid config {where}: {key} = {shorten(repr(value), 200)} is not an absolute path"
         )
 
 
@@ -281,8 +285,8 @@ def parse_supported_capabilities(value: str) -> DriverCapability:
     names = [n for n in (go_trim_space(part) for part in value.split(",")) if n]
     if any(n not in KNOWN_CAPABILITIES for n in names):
         raise ConfigError(
-            f"Invalid value for config option 'supported-driver-capabilities'; {value} "
-            f"(supported: {','.join(KNOWN_CAPABILITIES)})"
+            "Invalid value for config option 'supported-driver-capabilities'; "
+            f"{shorten(value, 200)} (supported: {','.join(KNOWN_CAPABILITIES)})"
         )
     return DriverCapability.from_names(names)
 
@@ -299,8 +303,8 @@ def normalise_ldconfig(value: str, allow_from_container: bool, *, checked: bool)
         return f"@{host_path}.real" if os.path.exists(host_path + ".real") else f"@{host_path}"
     if checked and not allow_from_container:
         raise ConfigError(
-            f'nvidia-container-cli.ldconfig value "{value}" is not host-relative (does not '
-            "start with a '@'): invalid config value (use '@/sbin/ldconfig', or set "
+            f'nvidia-container-cli.ldconfig value "{shorten(value, 200)}" is not host-relative '
+            "(does not start with a '@'): invalid config value (use '@/sbin/ldconfig', or set "
             "features.allow-ldconfig-from-container = true to run the container's own)"
         )
     return value

@@ -27,6 +27,52 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "a root shell with XDG_CONFIG_HOME from silently ignoring the system config",
     ),
     (
+        "Config files named by the environment",
+        "NVIDIA_CTK_CONFIG_FILE_PATH must be absolute and name a trusted file (a regular file "
+        "owned by root or the hook's user, writable by no one else, in directories no one else "
+        "can write to, and for a root hook not inside its starting directory, the bundle), else "
+        "the hook fails naming the variable; a relative or untrusted `$XDG_CONFIG_HOME` file is "
+        "skipped with a warning",
+        "older runtimes and wrappers hand the hook the container's environment: NVIDIA resolves "
+        "a relative path against the bundle, so the image supplied the whole config (and with "
+        "it a host log file to write)",
+    ),
+    (
+        "Nothing from the hook's environment",
+        "the MPS pipe directory is `[nvhook] mps-pipe-directory` (default /tmp/nvidia-mps), not "
+        "CUDA_MPS_PIPE_DIRECTORY; binaries are searched in a fixed PATH "
+        "(`/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`), not $PATH",
+        "an image could otherwise choose a host directory to be bound into the container "
+        "(CUDA_MPS_PIPE_DIRECTORY=/etc with driver root /)",
+    ),
+    (
+        "IPC mounts read-only",
+        "the persistenced and fabricmanager sockets and the MPS pipe directory are bound "
+        "`ro,nosuid,nodev,noexec` (NVIDIA: read-write); connect() and writing to a FIFO work on "
+        "a read-only mount, creating or removing entries in the host directory does not",
+        "NVIDIA documents no need for the container to write into these host directories",
+    ),
+    (
+        "Input budgets",
+        "at most 32 NVIDIA_REQUIRE_* variables, 8192 characters and 512 conditions each, 2048 "
+        "conditions in all, version numbers of at most 10 digits per component; device ids of "
+        "at most 256 characters, indexes and IMEX channels of at most 10 digits; each is an "
+        "error naming the variable",
+        "NVIDIA has no bounds: 32 long requirement variables cost a root process seconds per "
+        "start, and a 5000-digit number crashed the parser",
+    ),
+    (
+        "ldconfig's input and output",
+        "ldconfig reads a configuration nvhook writes (the image's ld.so.conf and includes, "
+        "parsed by nvhook: regular files only, each file once, bounded), runs on a nodev view "
+        "inside the container's cgroups and writes to sandbox tmpfs mounts; the cache is "
+        "installed into /etc by rename; ldconfig is not run when a library directory holds a "
+        "symlink to a FIFO",
+        "glibc's ldconfig opens its temp files without O_EXCL, reads any include and blocks on "
+        "FIFOs: an image's device node got written, /dev/zero grew it to 1 GiB, an include "
+        "cycle spun until the 10 s limit",
+    ),
+    (
         "Stricter config values",
         "unknown `nvidia-container-runtime.mode` or `modes.legacy.cuda-compat-mode` values, and "
         "relative `[nvhook]` paths, fail at load with the key, the value and the allowed set",

@@ -55,12 +55,12 @@ def check_ids(ids: Sequence[str], source: str) -> tuple[str, ...]:
     for an id longer than `MAX_ID_CHARS` or a number (index, channel) of more than
     `MAX_DIGITS` digits: input budgets, so no stage ever parses a 5000-digit number."""
     for entry in ids:
-        if len(entry) > MAX_ID_CHARS:
-            raise RequestError(f"{source}: device id {shorten(entry)!r} is longer than "
-                               f"{MAX_ID_CHARS} characters (list indexes, UUIDs or names)")
         if is_decimal(entry) and len(entry) > MAX_DIGITS:
             raise RequestError(f"{source}: number {shorten(entry)!r} has more than "
                                f"{MAX_DIGITS} digits (use a device index or channel number)")
+        if len(entry) > MAX_ID_CHARS:
+            raise RequestError(f"{source}: device id {shorten(entry)!r} is longer than "
+                               f"{MAX_ID_CHARS} characters (list indexes, UUIDs or names)")
     return tuple(ids)
 
 

@@ -78,7 +78,8 @@ def run_engine(
         plan = engine.plan_only(ereq, container.rootfs, options, libc, timer=timer)
         engine.write_timing(options, timer, container.pid, None, dry_run=True)
         return None if plan is None else plan_to_json(plan)
-    faults = Faults.from_env(os.environ if environ is None else environ, debug=debug)
+    faults = Faults.from_env(os.environ if environ is None else environ, debug=debug,
+                             enabled=config.nvhook.test_faults)
     engine.configure_container(ereq, container.pid, container.rootfs, options, libc,
                                faults=faults, timer=timer)
     return None

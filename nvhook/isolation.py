@@ -9,13 +9,13 @@ import os
 import sys
 
 # Variables that make the dynamic loader or libc load code or data chosen by whoever set them
-# (glibc's list of variables it drops for setuid programs, plus every LD_*), and TZ: libc
-# reads the file it names at the first time conversion - `import time` blocks for good on
-# TZ=:/path/to/a/fifo, and a runtime that leaks the container's env hands the image TZ.
+# (glibc's list of variables it drops for setuid programs, plus every LD_*). Not here: TZ and
+# TZDIR - libc reads the file they name when the interpreter starts (zipimport imports time,
+# which calls tzset), before any code of ours, like LD_PRELOAD: only an explicit `env` on the
+# hook entry keeps them out (README, Security).
 LOADER_VARIABLES = frozenset((
     "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
-    "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZ",
-    "TZDIR",
+    "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS",
 ))  # fmt: skip
 REEXEC_XOPTION = "nvhook_reexec"  # `-X nvhook_reexec`: set on the re-executed interpreter
 

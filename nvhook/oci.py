@@ -251,8 +251,8 @@ def resolve_bundle(bundle: str, cwd: str | None) -> str:
         return go_clean(bundle)
     if cwd is None:
         raise SpecError(
-            f"resolve bundle {bundle!r}: the path is relative and the hook's working directory "
-            "is unknown (pass an absolute bundle path in the state)"
+            f"resolve bundle {shorten(repr(bundle))}: the path is relative and the hook's "
+            "working directory is unknown (pass an absolute bundle path in the state)"
         )
     return go_join(cwd, bundle)
 
@@ -343,7 +343,7 @@ def resolve_rootfs(spec: Spec, cwd: str | None) -> str:
         return go_clean(path)
     if cwd is None:
         raise SpecError(
-            f"resolve rootfs {path!r} of {spec.path}: the path is relative and the hook's "
-            "working directory is unknown (use an absolute root.path)"
+            f"resolve rootfs {shorten(repr(path))} of {spec.path}: the path is relative and the "
+            "hook's working directory is unknown (use an absolute root.path)"
         )
     return go_join(cwd, path)

@@ -20,7 +20,7 @@ from nvhook.device_lists import (
 )
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec, field, json_kind
-from nvmount.bounds import shorten
+from nvmount.bounds import MAX_DIGITS, shorten
 from nvmount.capabilities import DriverCapability
 from nvmount.log import get_logger
 from nvmount.records import record
@@ -210,8 +210,8 @@ def driver_capabilities(
     allowed = sorted(n for n in requested if n in supported_names)
     if len(allowed) != len(requested):
         raise RequestError(
-            f"unsupported capabilities found in '{','.join(sorted(requested))}' "
-            f"(allowed '{','.join(allowed)}')"
+            f"unsupported capabilities found in '{shorten(','.join(sorted(requested)), 200)}' "
+            f"(allowed '{shorten(','.join(allowed), 200)}')"
         )
     return DriverCapability.from_names(allowed)
 
@@ -246,6 +246,8 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
 def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None:
     """RequestError naming the variable when the NVIDIA_REQUIRE_* values exceed the engine's
     budgets (`nvmount.plan.requirements`): count, characters and conditions (atoms)."""
+    import re  # here: only GPU containers get this far (the engine imports re anyway)
+
     from nvmount.plan import requirements as R
 
     hint = "(shorten the value, or set NVIDIA_DISABLE_REQUIRE=true)"
@@ -261,6 +263,11 @@ def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None
         atoms = R.count_atoms(value)
         if atoms > R.MAX_ATOMS:
             raise RequestError(f"{name}: {atoms} conditions, more than {R.MAX_ATOMS} {hint}")
+        long_number = re.search(f"[0-9]{{{MAX_DIGITS + 1},}}", value)
+        if long_number:
+            raise RequestError(f"{name}: number {shorten(long_number.group())!r} has more than "
+                               f"{MAX_DIGITS} digits (versions are numbers of at most "
+                               f"{MAX_DIGITS} digits per component)")
         total += atoms
     if total > R.MAX_TOTAL_ATOMS:
         raise RequestError(f"NVIDIA_REQUIRE_*: {total} conditions in all, more than "

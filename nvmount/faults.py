@@ -7,18 +7,19 @@ every step of a run and then arm each one in turn.
 
 Arming from the environment needs all three of:
 
-- `NVHOOK_TEST_FAULTS=1` (tests set it; nothing in production does),
+- `[nvhook] test-faults = true` in the config file (tests set it; nothing in production does:
+  the hook's environment alone arms nothing, since an image may control it),
 - `NVHOOK_FAULT=<step name or prefix>[:<nth>]` (nth counts matching steps from 1, default 1;
   an empty prefix matches every step, so `NVHOOK_FAULT=:7` fails the 7th effect),
-- a debug run (`--debug` or `nvidia-container-cli.debug` set).
+- a debug run (`--debug`).
 
 With `NVHOOK_FAULT_SLEEP=<seconds>` as well, the matching step sleeps that long and then
 goes on instead of failing: a test can kill the container init while the hook waits at a
 chosen step ("a container that dies mid-way").
 
-Image env never reaches the hook (runc runs hooks with the hook entry's own env), and the
-two variables plus debug keep a stray variable from breaking production starts. When the
-prefix itself contains a `:`, always give the count (`cgroup allow c 195:0:1`).
+The config switch plus debug keep a stray (or leaked) variable from breaking or stalling
+production starts. When the prefix itself contains a `:`, always give the count
+(`cgroup allow c 195:0:1`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 ENV_FAULT = "NVHOOK_FAULT"
-ENV_ENABLE = "NVHOOK_TEST_FAULTS"
 ENV_SLEEP = "NVHOOK_FAULT_SLEEP"
 MAX_SLEEP = 60.0
 
@@ -61,10 +61,11 @@ class Faults:
         return cls(spec)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], *, debug: bool) -> Faults:
-        """Armed only with NVHOOK_TEST_FAULTS=1, NVHOOK_FAULT set and a debug run."""
+    def from_env(cls, environ: Mapping[str, str], *, debug: bool, enabled: bool) -> Faults:
+        """Armed only when `enabled` (the config's test-faults), NVHOOK_FAULT is set and in a
+        debug run."""
         spec = environ.get(ENV_FAULT)
-        if spec is None or environ.get(ENV_ENABLE) != "1" or not debug:
+        if spec is None or not enabled or not debug:
             return cls()
         log.warning("fault injection armed: %s=%s", ENV_FAULT, spec)
         faults = cls.parse(spec)

@@ -19,6 +19,9 @@ MAX_SYMLINKS = 40  # the kernel's limit, also for our hand-made walk
 # would otherwise be 80,000 steps per path (43 s for a plan's ~60 paths). A real image's
 # deepest lib path with its links is a few dozen.
 MAX_WALK_STEPS = 256
+# ... and all walks in one opened root together (one container start makes ~60-200 walks of a
+# few components each): what a hostile chain just under MAX_WALK_STEPS can cost in all
+MAX_ROOT_WALK_STEPS = 8192
 PATH_MAX = 4096
 NAME_MAX = 255
 _CAUSES = {

@@ -41,6 +41,7 @@ class RootDir(FdOwner):
         self.libc = libc
         self._procfs = procfs
         self._owns_procfs = owns_procfs
+        self.walk_steps = 0  # components walked by hand in this root (`MAX_ROOT_WALK_STEPS`)
 
     @classmethod
     def open(

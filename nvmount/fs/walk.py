@@ -20,6 +20,7 @@ import stat
 
 from nvmount.errors import PathError
 from nvmount.fs.paths import (
+    MAX_ROOT_WALK_STEPS,
     MAX_SYMLINKS,
     MAX_WALK_STEPS,
     NAME_MAX,
@@ -55,7 +56,8 @@ class Walker:
 
     def walk(self, path: str) -> int:
         """An fd on directory `path` (created as needed); the caller closes it. At most
-        `MAX_WALK_STEPS` components are visited (link texts included): PathError beyond."""
+        `MAX_WALK_STEPS` components are visited (link texts included), and
+        `MAX_ROOT_WALK_STEPS` by all walks in this root: PathError beyond."""
         if len(path.encode()) >= PATH_MAX:
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
         todo = split_path(path)[::-1]  # a stack: the next component is last
@@ -65,8 +67,9 @@ class Walker:
         try:
             while todo:
                 steps += 1
-                if steps > MAX_WALK_STEPS:
-                    raise self._too_many_steps(path)
+                self.root.walk_steps += 1
+                if steps > MAX_WALK_STEPS or self.root.walk_steps > MAX_ROOT_WALK_STEPS:
+                    raise self._too_many_steps(path, steps > MAX_WALK_STEPS)
                 nxt, real, link = self._step(cur, real, todo.pop())
                 os.close(cur)
                 cur = nxt
@@ -80,11 +83,12 @@ class Walker:
             raise
         return cur
 
-    def _too_many_steps(self, path: str) -> PathError:
+    def _too_many_steps(self, path: str, this_walk: bool) -> PathError:
+        what = (f"more than {MAX_WALK_STEPS} path components to walk" if this_walk else
+                f"more than {MAX_ROOT_WALK_STEPS} path components walked in this rootfs in all")
         return PathError(
-            f"resolve {show(path)} in rootfs {self.root.host_path}: more than {MAX_WALK_STEPS} "
-            "path components to walk, symlink texts included (long '../' chains?) (simplify "
-            "the image's symlinks)")
+            f"resolve {show(path)} in rootfs {self.root.host_path}: {what}, symlink texts "
+            "included (long '../' chains?) (simplify the image's symlinks)")
 
     def _step(self, cur: int, real: str, comp: str) -> tuple[int, str, str | None]:
         """Descend from `cur` (at container path `real`) into `comp`.

@@ -86,11 +86,11 @@ def _parse_atom(expr: str, text: str) -> Atom:
     key, run, value = text[:start].lower(), text[start:end], text[end:]
     op = _match_op(run)
     if op is None:
-        raise _invalid(expr, text, f"unknown operator {run!r}")
+        raise _invalid(expr, text, f"unknown operator {shorten(run)!r}")
     if not value:
         raise _invalid(expr, text, "missing value")
     if key not in KEYS:
-        raise _invalid(expr, text, f"unknown key {key!r}")
+        raise _invalid(expr, text, f"unknown key {shorten(key)!r}")
     if key == "brand" and op not in ("=", "!="):
         raise _invalid(expr, text, f"brand only supports = and !=, not {op!r}")
     if key != "brand" and not _VERSION.fullmatch(value):
@@ -155,7 +155,7 @@ def atom_holds(atom: Atom, facts: Facts, expr: str = "") -> bool:
     if atom.key == "brand":
         return (found.lower() == atom.value.lower()) == (atom.op == "=")
     if not _VERSION.fullmatch(found):
-        raise _invalid(expr or atom.text, atom.text, f"the {atom.key} version {found!r} "
+        raise _invalid(expr or atom.text, atom.text, f"the {atom.key} version {shorten(found)!r} "
                        f"is not made of digits and dots")
     return _TESTS[atom.op](compare_versions(found, atom.value))
 

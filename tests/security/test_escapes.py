@@ -228,8 +228,9 @@ def test_f19_ldconfig_helper_has_only_stdio_and_no_host(rig: AttackRig, oracle: 
                                                         tools_dir: Path) -> None:
     """F19 / CVE-2024-21626, CVE-2024-0135/0136/0137: the host "ldconfig" (here a static
     probe configured as `@<probe>`) sees fds 0-2 only (stdin the host /dev/null), cwd /, no
-    capabilities, no_new_privs, seccomp, an empty env, pid 1 of its own pid namespace, only
-    `lo`, no /proc (nothing of the host through /proc/1/root), no block device."""
+    capabilities, no_new_privs, seccomp, an empty env, pid 2 of its own pid namespace (below
+    the sandbox's worker), only `lo`, no /proc (nothing of the host through /proc/1/root), no
+    block device."""
     probe = compile_tool("fdprobe", tools_dir, static=True)
     config = rig.config(replace={"[nvidia-container-cli]\n":
                                  f'[nvidia-container-cli]\nldconfig = "@{probe}"\n',
@@ -245,7 +246,7 @@ def test_f19_ldconfig_helper_has_only_stdio_and_no_host(rig: AttackRig, oracle: 
     assert (facts["capeff"], facts["capprm"], facts["capbnd"]) == ("000000000", "000000000",
                                                                   "0"), facts
     assert facts["nonewprivs"] == "1" and facts["seccomp"] == "2", facts
-    assert facts["env"] == "0" and facts["pid"] == "1", facts
+    assert facts["env"] == "0" and facts["pid"] == "2", facts
     assert facts["netifs"] in ("lo,", ""), facts
     assert facts["proc1root"] == facts["procself"] == "no", facts
     assert facts["devvda"] != "opened", facts

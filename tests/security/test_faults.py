@@ -3,8 +3,8 @@ the container namespace and the host exactly as before, and the error names the 
 
 nvhook's hook runs under tools/hookwrap.py, which snapshots the container (its namespace's
 mountinfo, every rootfs entry, the ld.so.cache digest, its devices.list) before and after
-the hook. Faults (nvmount/faults.py) are armed by the hook entry's env:
-NVHOOK_TEST_FAULTS=1, NVHOOK_FAULT=<step prefix>[:<nth>] and --debug. NVML errors come from
+the hook. Faults (nvmount/faults.py) are armed by `[nvhook] test-faults = true` in the config,
+the hook entry's env NVHOOK_FAULT=<step prefix>[:<nth>] and --debug. NVML errors come from
 the simulated driver (NVSIM_FAIL=<function>:<code>). "A container that dies mid-way": the
 wrapper SIGKILLs the container init at a chosen delay after the hook started.
 
@@ -26,7 +26,7 @@ import pytest
 from nvhook.demo.bundle import HookEntry
 from nvhook.demo.driver import nvhook_hook_entry
 from tests.fixtures.containers import relevant_mount_marks
-from tests.fixtures.security import TOOLS, AttackRig, HostOracle, Outcome
+from tests.fixtures.security import TOOLS, AttackRig, HostOracle, Outcome, token
 from tests.security.conftest import LONG
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
@@ -50,8 +50,10 @@ NVML_FAILURES = (
 
 def _wrapped(rig: AttackRig, report: Path, env: tuple[str, ...], *, debug: bool,
              kill_after: float | str = -1, config: Path | None = None) -> HookEntry:
-    hook = nvhook_hook_entry(rig.launcher, config or Path(rig.sim.config_path),
-                             *(["--debug"] if debug else []))
+    text = (config or Path(rig.sim.config_path)).read_text()
+    armed = rig.tmp / f"faults-{token()}.toml"  # fault injection: [nvhook] test-faults = true
+    armed.write_text(text.replace("[nvhook]\n", "[nvhook]\ntest-faults = true\n", 1))
+    hook = nvhook_hook_entry(rig.launcher, armed, *(["--debug"] if debug else []))
     return HookEntry("/usr/bin/python3",
                      ("python3", "-I", str(TOOLS / "hookwrap.py"), str(report), str(kill_after),
                       hook.path, *hook.args[1:]), (*hook.env, *env), timeout=60)
@@ -100,7 +102,7 @@ def _last_line(stderr: str) -> str:
 def _check_fault(rig: AttackRig, oracle: HostOracle, tmp_path: Path, spec: str) -> str | None:
     """Arm `spec`; None if no step matched (the start succeeded), else the failed step."""
     report = tmp_path / f"report-{abs(hash(spec))}.json"
-    env = ("NVHOOK_TEST_FAULTS=1", f"NVHOOK_FAULT={spec}")
+    env = (f"NVHOOK_FAULT={spec}",)
     out, rep = _start(rig, report, env, debug=True)
     if rep["rc"] == 0:
         assert "injecting a fault" not in rep["stderr"]
@@ -200,7 +202,7 @@ def test_container_dies_while_the_hook_is_at_a_step(rig: AttackRig, oracle: Host
     """The hook sleeps at `step` (NVHOOK_FAULT_SLEEP) and the container init is SIGKILLed
     right then: the hook must fail with one line, undo what it did (rootfs entries and
     device cgroup rules as before) and leave no helper process and nothing on the host."""
-    env = ("NVHOOK_TEST_FAULTS=1", f"NVHOOK_FAULT={step}", "NVHOOK_FAULT_SLEEP=0.5")
+    env = (f"NVHOOK_FAULT={step}", "NVHOOK_FAULT_SLEEP=0.5")
     out, rep = _start(rig, tmp_path / "report.json", env, debug=True, kill_after="at-sleep")
     assert rep["killed_at"] is not None, rep["stderr"][-2000:]
     error = _last_line(rep["stderr"])

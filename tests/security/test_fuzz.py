@@ -333,3 +333,103 @@ def test_prestart_dry_run_subprocess(sim_root: Any, tmp_path: Path) -> None:
     run()
     print(f"\nprestart --dry-run: {sum(seen.values())} runs (exit 0: {seen[0]}, "
           f"exit 1: {seen[1]}); errors: {sorted(kinds.items(), key=lambda kv: -kv[1])[:8]}")
+
+
+# ---- very long and very large values into every parser (issue 8, classes 4 and 5) ------------
+
+huge_numbers = (st.integers(1, 20_000).map(lambda n: "9" * n)
+                | st.integers(min_value=10**18, max_value=10**600).map(str)
+                | st.text(alphabet="0123456789", min_size=11, max_size=6000))
+long_texts = (st.integers(300, 60_000).map(lambda n: "a" * n)
+              | st.text(min_size=300, max_size=8000))
+long_values = huge_numbers | long_texts | st.builds(
+    lambda fmt, n: fmt.format(n=n),
+    st.sampled_from(["cuda>={n}", "driver>={n}.{n}", "{n}.{n}", "0:{n}", "{n}:0", "GPU-{n}",
+                     "MIG-{n}", "brand={n}", "arch=8.{n}", "v{n}", "{n}.0.0-rc{n}",
+                     "{n},{n},{n}", "libcuda.so.{n}", "include {n}\n/{n}\n", "0x{n}:00:00"]),
+    huge_numbers)
+LONG_BUDGET_S = 2  # per input: bounded work, whatever the length
+
+
+def short_survive(name: str, fn: Callable[[], object]) -> None:
+    """`survive`, within LONG_BUDGET_S, and an error message that quotes at most a part of a
+    hostile value (a clear line, not the value)."""
+    COUNTS[name] = COUNTS.get(name, 0) + 1
+    with bounded(LONG_BUDGET_S):
+        try:
+            fn()
+        except (NvhookError, NvmountError) as err:
+            assert str(err).strip() and len(str(err)) < 2000, str(err)[:300]
+
+
+def test_long_and_large_values_in_the_hook_parsers(tmp_path: Path) -> None:
+    """The state's pid, the spec's env (device ids, requirements, CUDA_VERSION, IMEX channels,
+    MIG lists), semver, config.toml numbers, ld.so.conf text, fault specs."""
+    from nvhook import semver
+    from nvhook.config import config_from_document, load_config
+    from nvhook.engine import imex_channel
+    from nvhook.oci import Spec
+    from nvhook.request import derive_request
+    from nvmount.faults import Faults
+    from nvmount.ldcache.ldconf import parse_conf
+
+    config = config_from_document({}, None)
+    toml = tmp_path / "config.toml"
+    names = ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_REQUIRE_CUDA", "NVIDIA_REQUIRE_X", "CUDA_VERSION",
+             "NVIDIA_IMEX_CHANNELS", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"]
+
+    @FUZZ_SETTINGS
+    @given(long_values, st.sampled_from(names), st.booleans())
+    def run(value: str, name: str, privileged: bool) -> None:
+        caps = {"bounding": ["CAP_SYS_ADMIN"]} if privileged else None
+        spec = Spec("/x/config.json", "1.0.2", ("NVIDIA_VISIBLE_DEVICES=0", f"{name}={value}"),
+                    caps, "rootfs", ())
+        short_survive("long", lambda: derive_request(spec, config))
+        short_survive("long", lambda: _load_state(b'{"pid": %s, "bundle": "/b"}'
+                                                  % value.encode(errors="replace")))
+        short_survive("long", lambda: _wrap_value_error(lambda: semver.parse_major_minor(value)))
+        short_survive("long", lambda: semver.compare("v" + value, "v1.0.0"))
+        short_survive("long", lambda: imex_channel(value))
+        short_survive("long", lambda: parse_conf(value))
+        short_survive("long", lambda: Faults.parse(f"mount:{value}"))
+        toml.write_text(f"[nvhook]\nproc-root = {value}\n", errors="surrogateescape")
+        short_survive("long", lambda: load_config(str(toml), {}))
+    run()
+    print(f"\nlong and large values (hook parsers): {COUNTS['long']} inputs")
+
+
+def _wrap_value_error(fn: Callable[[], object]) -> None:
+    """parse_major_minor reports with ValueError (the toolkit's texts); the request wraps it."""
+    try:
+        fn()
+    except ValueError as err:
+        assert len(str(err)) < 200, str(err)[:300]
+
+
+@pytest.mark.root
+def test_long_and_large_values_in_the_engine_parsers(inventory: Any) -> None:
+    """Device selection, requirements (parse, compare, check), IMEX channels, compat lib
+    versions: bounded work and a clear error for any length."""
+    from nvmount.capabilities import DriverCapability
+    from nvmount.container.types import ContainerLayout
+    from nvmount.plan.mounts import compat_dirs
+    from nvmount.plan.requirements import Facts, check_requirements, compare_versions
+    from nvmount.plan.selection import select_devices
+    from nvmount.plan.types import PlanOptions
+
+    facts = [Facts(cuda="12.4", driver="550.54.15", arch="8.0", brand="Tesla")] * 64
+
+    @FUZZ_SETTINGS
+    @given(long_values, long_values)
+    def run(value: str, other: str) -> None:
+        short_survive("engine-long", lambda: select_devices(inventory.gpus, value,
+                                                            mig_config=other))
+        short_survive("engine-long", lambda: check_requirements([value, other], facts))
+        digits = "".join(c for c in value if c.isdigit())[:20_000] or "0"
+        short_survive("engine-long", lambda: compare_versions(digits, "1." + digits))
+        layout = ContainerLayout("/usr/bin", "/usr/lib64", "/usr/lib32",
+                                 (f"/usr/local/cuda/compat/libcuda.so.{value[:240]}",))
+        short_survive("engine-long", lambda: compat_dirs(
+            inventory, DriverCapability.all(), layout, PlanOptions()))
+    run()
+    print(f"\nlong and large values (engine parsers): {COUNTS['engine-long']} inputs")
