@@ -351,7 +351,7 @@ long_values = huge_numbers | long_texts | st.builds(
 LONG_BUDGET_S = 2  # per input: bounded work, whatever the length
 
 
-def short_survive(name: str, fn: Callable[[], object]) -> None:
+def survive_bounded(name: str, fn: Callable[[], object]) -> None:
     """`survive`, within LONG_BUDGET_S, and an error message that quotes at most a part of a
     hostile value (a clear line, not the value)."""
     COUNTS[name] = COUNTS.get(name, 0) + 1
@@ -384,16 +384,16 @@ def test_long_and_large_values_in_the_hook_parsers(tmp_path: Path) -> None:
         caps = {"bounding": ["CAP_SYS_ADMIN"]} if privileged else None
         spec = Spec("/x/config.json", "1.0.2", ("NVIDIA_VISIBLE_DEVICES=0", f"{name}={value}"),
                     caps, "rootfs", ())
-        short_survive("long", lambda: derive_request(spec, config))
-        short_survive("long", lambda: _load_state(b'{"pid": %s, "bundle": "/b"}'
+        survive_bounded("long", lambda: derive_request(spec, config))
+        survive_bounded("long", lambda: _load_state(b'{"pid": %s, "bundle": "/b"}'
                                                   % value.encode(errors="replace")))
-        short_survive("long", lambda: _wrap_value_error(lambda: semver.parse_major_minor(value)))
-        short_survive("long", lambda: semver.compare("v" + value, "v1.0.0"))
-        short_survive("long", lambda: imex_channel(value))
-        short_survive("long", lambda: parse_conf(value))
-        short_survive("long", lambda: Faults.parse(f"mount:{value}"))
+        survive_bounded("long", lambda: _wrap_value_error(lambda: semver.parse_major_minor(value)))
+        survive_bounded("long", lambda: semver.compare("v" + value, "v1.0.0"))
+        survive_bounded("long", lambda: imex_channel(value))
+        survive_bounded("long", lambda: parse_conf(value))
+        survive_bounded("long", lambda: Faults.parse(f"mount:{value}"))
         toml.write_text(f"[nvhook]\nproc-root = {value}\n", errors="surrogateescape")
-        short_survive("long", lambda: load_config(str(toml), {}))
+        survive_bounded("long", lambda: load_config(str(toml), {}))
     run()
     print(f"\nlong and large values (hook parsers): {COUNTS['long']} inputs")
 
@@ -422,14 +422,14 @@ def test_long_and_large_values_in_the_engine_parsers(inventory: Any) -> None:
     @FUZZ_SETTINGS
     @given(long_values, long_values)
     def run(value: str, other: str) -> None:
-        short_survive("engine-long", lambda: select_devices(inventory.gpus, value,
+        survive_bounded("engine-long", lambda: select_devices(inventory.gpus, value,
                                                             mig_config=other))
-        short_survive("engine-long", lambda: check_requirements([value, other], facts))
+        survive_bounded("engine-long", lambda: check_requirements([value, other], facts))
         digits = "".join(c for c in value if c.isdigit())[:20_000] or "0"
-        short_survive("engine-long", lambda: compare_versions(digits, "1." + digits))
+        survive_bounded("engine-long", lambda: compare_versions(digits, "1." + digits))
         layout = ContainerLayout("/usr/bin", "/usr/lib64", "/usr/lib32",
                                  (f"/usr/local/cuda/compat/libcuda.so.{value[:240]}",))
-        short_survive("engine-long", lambda: compat_dirs(
+        survive_bounded("engine-long", lambda: compat_dirs(
             inventory, DriverCapability.all(), layout, PlanOptions()))
     run()
     print(f"\nlong and large values (engine parsers): {COUNTS['engine-long']} inputs")

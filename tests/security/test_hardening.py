@@ -111,7 +111,7 @@ def _config(rig: AttackRig, extra: str) -> Path:
     return rig.config(replace={"[nvidia-container-cli]\n": f"[nvidia-container-cli]\n{extra}\n"})
 
 
-def run_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
+def check_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
              rootfs_cache: RootfsCache, tmp_path: Path) -> Outcome:
     with ExitStack() as stack:
         ctx = Context(tmp_path, oracle, stack)
@@ -225,7 +225,7 @@ CLASS1 = {
 def test_class1_ldconfig_never_opens_an_image_node(name: str, rig: AttackRig, oracle: HostOracle,
                                                    rootfs_cache: RootfsCache,
                                                    tmp_path: Path) -> None:
-    run_case(name, CLASS1[name], rig, oracle, rootfs_cache, tmp_path)
+    check_case(name, CLASS1[name], rig, oracle, rootfs_cache, tmp_path)
 
 
 def test_class1_block_node_and_dev_zero_under_runc(rig: AttackRig, oracle: HostOracle,
@@ -295,7 +295,7 @@ CLASS2 = {
 def test_class2_hook_environment_decides_nothing(name: str, rig: AttackRig,
                                                  oracle: HostOracle, rootfs_cache: RootfsCache,
                                                  tmp_path: Path) -> None:
-    out = run_case(name, CLASS2[name], rig, oracle, rootfs_cache, tmp_path)
+    out = check_case(name, CLASS2[name], rig, oracle, rootfs_cache, tmp_path)
     if out.ctx.marker:
         assert not os.path.lexists(out.ctx.marker), "the image's config named the hook's log"
 
@@ -333,7 +333,7 @@ CLASS3 = {
 @pytest.mark.parametrize("name", list(CLASS3))
 def test_class3_logs_are_escaped(name: str, rig: AttackRig, oracle: HostOracle,
                                  rootfs_cache: RootfsCache, tmp_path: Path) -> None:
-    run_case(name, CLASS3[name], rig, oracle, rootfs_cache, tmp_path)
+    check_case(name, CLASS3[name], rig, oracle, rootfs_cache, tmp_path)
 
 
 # ---- class 4: budgets on requirements and path resolution --------------------------------------
@@ -378,7 +378,7 @@ CLASS4 = {
 @pytest.mark.parametrize("name", list(CLASS4))
 def test_class4_budgets(name: str, rig: AttackRig, oracle: HostOracle,
                         rootfs_cache: RootfsCache, tmp_path: Path) -> None:
-    run_case(name, CLASS4[name], rig, oracle, rootfs_cache, tmp_path)
+    check_case(name, CLASS4[name], rig, oracle, rootfs_cache, tmp_path)
 
 
 # ---- class 5: hostile numbers give the one-line error naming the variable -----------------------
@@ -403,7 +403,7 @@ CLASS5 = {
 @pytest.mark.parametrize("name", list(CLASS5))
 def test_class5_hostile_numbers(name: str, rig: AttackRig, oracle: HostOracle,
                                 rootfs_cache: RootfsCache, tmp_path: Path) -> None:
-    run_case(name, CLASS5[name], rig, oracle, rootfs_cache, tmp_path)
+    check_case(name, CLASS5[name], rig, oracle, rootfs_cache, tmp_path)
 
 
 @pytest.mark.parametrize(("state", "words"), [
