@@ -222,14 +222,18 @@ def configure(parsed: Parsed, config: HookConfig, cwd: str | None) -> int:
                              cli_flags=_flags(parsed))
     debug = bool(parsed.global_opts.get("debug"))
     engine.configure_container(engine_request(parsed), pid, rootfs, options, Libc(),
-                               faults=Faults.from_env(os.environ, debug=debug))
+                               faults=Faults.from_env(os.environ, debug=debug,
+                                                      enabled=config.nvhook.test_faults))
     return 0
 
 
 def _pid(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 2**31:
-        raise UsageError(f"nvidia-container-cli: invalid pid: {text}")
-    return int(text)
+    from nvmount.bounds import parse_decimal, shorten
+
+    pid = parse_decimal(text)
+    if pid is None or not 0 < pid < 2**31:
+        raise UsageError(f"nvidia-container-cli: invalid pid: {shorten(text)}")
+    return pid
 
 
 def engine_request(parsed: Parsed) -> EngineRequest:
