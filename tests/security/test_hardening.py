@@ -26,7 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -66,6 +66,7 @@ class Case:
     hook_env: tuple[str, ...] = ()
     config_flag: bool = True  # pass --config (the rig's sim config, or `config`)
     config_extra: str = ""  # lines added under [nvidia-container-cli]
+    nvhook_extra: str = ""  # lines added under [nvhook]
     refuse: tuple[str, ...] | None = None  # None: the hook exits 0; else its one line's words
     check: Callable[[Outcome], None] | None = None
 
@@ -105,10 +106,11 @@ class Outcome:
 
 # ---- the runner ---------------------------------------------------------------------------------
 
-def _config(rig: AttackRig, extra: str) -> Path:
-    if not extra:
+def _config(rig: AttackRig, extra: str, nvhook: str = "") -> Path:
+    if not extra and not nvhook:
         return Path(rig.sim.config_path)
-    return rig.config(replace={"[nvidia-container-cli]\n": f"[nvidia-container-cli]\n{extra}\n"})
+    return rig.config(replace={"[nvidia-container-cli]\n": f"[nvidia-container-cli]\n{extra}\n",
+                               "[nvhook]\n": f"[nvhook]\n{nvhook}\n"})
 
 
 def check_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
@@ -122,7 +124,7 @@ def check_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
             case.mutate(rootfs, ctx)
         spec = gpu_spec("rootfs", env=("NVIDIA_VISIBLE_DEVICES=0", *case.spec_env))
         (ctx.bundle / "config.json").write_text(json.dumps(spec))  # the last NAME= wins
-        config = _config(rig, case.config_extra.format(**ctx.extra))
+        config = _config(rig, case.config_extra.format(**ctx.extra), case.nvhook_extra)
         args = ["--config", str(config)] if case.config_flag else []
         with ns_container(rootfs) as pid:
             state = json.dumps({"ociVersion": "1.0.2", "id": name, "status": "creating",
@@ -221,11 +223,15 @@ CLASS1 = {
 }
 
 
+@pytest.mark.parametrize("mode", ["write", "ldconfig"])
 @pytest.mark.parametrize("name", list(CLASS1))
-def test_class1_ldconfig_never_opens_an_image_node(name: str, rig: AttackRig, oracle: HostOracle,
-                                                   rootfs_cache: RootfsCache,
+def test_class1_ldconfig_never_opens_an_image_node(name: str, mode: str, rig: AttackRig,
+                                                   oracle: HostOracle, rootfs_cache: RootfsCache,
                                                    tmp_path: Path) -> None:
-    check_case(name, CLASS1[name], rig, oracle, rootfs_cache, tmp_path)
+    """Both ways of updating the cache: the hook's writer (`ldcache = "write"`, the default)
+    and the sandboxed ldconfig (`ldcache = "ldconfig"`, and the writer's fallback)."""
+    case = replace(CLASS1[name], nvhook_extra=f'ldcache = "{mode}"')
+    check_case(f"{name} ({mode})", case, rig, oracle, rootfs_cache, tmp_path)
 
 
 def test_class1_block_node_and_dev_zero_under_runc(rig: AttackRig, oracle: HostOracle,
@@ -245,8 +251,9 @@ def test_class1_block_node_and_dev_zero_under_runc(rig: AttackRig, oracle: HostO
             assert isinstance(linux, dict)
             linux.setdefault("resources", {})["memory"] = {"limit": 64 << 20}
 
+        config = rig.config(replace={"[nvhook]\n": '[nvhook]\nldcache = "ldconfig"\n'})
         out = rig.start(PROBE + "; echo @@ldso; ldconfig -p | grep -c libcuda", mutate=mutate,
-                        edit_spec=limit)
+                        edit_spec=limit, config=config)
         print(f"runc block node + /dev/zero include: ok={out.ok} in {out.result.seconds:.2f} s")
         out.assert_contained()
         assert out.ok, out.describe()
