@@ -366,7 +366,8 @@ def test_long_and_large_values_in_the_hook_parsers(tmp_path: Path) -> None:
     """The state's pid, the spec's env (device ids, requirements, CUDA_VERSION, IMEX channels,
     MIG lists), semver, config.toml numbers, ld.so.conf text, fault specs."""
     from nvhook import semver
-    from nvhook.config import config_from_document, load_config
+    from nvhook.config import config_from_document
+    from nvhook.config_file import load_config
     from nvhook.engine import imex_channel
     from nvhook.oci import Spec
     from nvhook.request import derive_request
