@@ -37,7 +37,15 @@ EXT_MAGIC = 0xEAA42174
 TAG_GENERATOR, TAG_HWCAPS = 0, 1
 HWCAP_EXTENSION = 1 << 62  # DL_CACHE_HWCAP_EXTENSION: hwcap holds a glibc-hwcaps index
 FLAG_ELF_LIBC6 = 0x0003
-MAX_ENTRIES = 1 << 20
+# Budgets on the image's cache (hostile input: parse, merge and sort are Python loops): a
+# distribution's cache has a few thousand entries of short names; beyond these the caller
+# falls back to ldconfig, which rebuilds the cache from the directories instead (bounded by
+# nvmount.ldcache.ldconf). 2^20 entries of 64 MiB took 31 s of hook time; within these the
+# worst measured is ~0.6 s (256 KiB of names that alternate digits and letters).
+MAX_ENTRIES = 1 << 14
+MAX_KEY_BYTES = 255  # a file name (NAME_MAX)
+MAX_VALUE_BYTES = 4096  # a path (PATH_MAX)
+MAX_ALL_KEY_BYTES = 256 << 10  # the names together (the sort's work): real caches ~100 KiB
 
 
 class UnsupportedCache(ValueError):
@@ -60,10 +68,11 @@ class CacheImage:
     hwcaps: tuple[bytes, ...] = ()  # glibc-hwcaps subdirectory names, by index
 
 
-def _cstring(data: bytes, at: int) -> bytes:
-    end = data.find(b"\0", at)
+def _cstring(data: bytes, at: int, limit: int = MAX_VALUE_BYTES) -> bytes:
+    end = data.find(b"\0", at, at + limit + 1)
     if at >= len(data) or end < 0:
-        raise UnsupportedCache(f"string at offset {at} is outside the file")
+        raise UnsupportedCache(f"string at offset {at} is outside the file or longer than "
+                               f"{limit} bytes")
     return data[at:end]
 
 
@@ -86,8 +95,11 @@ def parse_image(data: bytes) -> CacheImage:
     entries = []
     for i in range(nlibs):
         eflags, key, value, osv, hwcap = _ENTRY.unpack_from(data, first + i * _ENTRY.size)
-        entries.append(CacheEntry(_cstring(data, base + key), _cstring(data, base + value),
+        entries.append(CacheEntry(_cstring(data, base + key, MAX_KEY_BYTES),
+                                  _cstring(data, base + value, MAX_VALUE_BYTES),
                                   eflags, osv, hwcap))
+    if sum(len(e.key) for e in entries) > MAX_ALL_KEY_BYTES:
+        raise UnsupportedCache(f"names of more than {MAX_ALL_KEY_BYTES} bytes in all")
     generator, hwcaps = _parse_extension(data, ext, base) if ext else (b"", ())
     for e in entries:
         if e.hwcap & HWCAP_EXTENSION and (e.hwcap & 0xFFFFFFFF) >= len(hwcaps):

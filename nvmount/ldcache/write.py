@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 CACHE_NAME = "ld.so.cache"
-MAX_CACHE_BYTES = 64 << 20  # ldconfig's caches are a few hundred KiB
+MAX_CACHE_BYTES = 8 << 20  # ldconfig's caches are a few hundred KiB; the image's is hostile input
 _GLIBC_MARKERS = ("ld.so.conf", "ld.so.conf.d")
 
 

@@ -363,8 +363,22 @@ def _dotdot_chain(links: int, dots: int) -> Callable[[Path, Context], None]:
     return mutate
 
 
+def _huge_ldcache(entries: int) -> Callable[[Path, Context], None]:
+    """The image ships an ld.so.cache of `entries` entries (the hook's writer parses, merges
+    and sorts it in Python)."""
+    def mutate(rootfs: Path, ctx: Context) -> None:
+        from nvmount.ldcache import image
+
+        cache = image.serialize(tuple(
+            image.CacheEntry(f"lib{i}.so.1".encode(), f"/usr/lib/lib{i}.so.1".encode(), 0x303)
+            for i in range(entries)))
+        (rootfs / "etc/ld.so.cache").write_bytes(cache)
+    return mutate
+
+
 CLASS4 = {
     "plain-start-for-reference": Case(),
+    "image-ld.so.cache-of-100k-entries": Case(_huge_ldcache(100_000)),
     "32-requirements-of-10k-atoms": Case(spec_env=(
         "NVIDIA_VISIBLE_DEVICES=all", *_requirements(32, 10_000)),
         refuse=("NVIDIA_REQUIRE_R00", "more than 8192")),

@@ -193,3 +193,35 @@ def test_an_unusual_image_cache_falls_back(rootfs: Path) -> None:
     (rootfs / "etc/ld.so.cache").write_bytes(b"not a cache")
     with pytest.raises(Fallback, match=r"the image's ld\.so\.cache"):
         write(rootfs)
+
+
+# ---- budgets on the image's cache (issue 8, class 4: hostile input, Python-speed work) ---------
+
+def _cache(n: int, key_bytes: int, value_bytes: int = 40) -> bytes:
+    entries = tuple(image.CacheEntry((f"{i}" + "1a" * key_bytes)[:key_bytes].encode(),
+                                     (f"/{i}/" + "v" * value_bytes)[:value_bytes].encode(), 0x303)
+                    for i in range(n))
+    return image.serialize(entries)
+
+
+@pytest.mark.parametrize(("n", "key_bytes", "value_bytes", "why"), [
+    (image.MAX_ENTRIES + 1, 8, 40, "size"),
+    (10, image.MAX_KEY_BYTES + 1, 40, "longer than 255"),
+    (10, 20, image.MAX_VALUE_BYTES + 1, "longer than 4096"),
+    (image.MAX_ALL_KEY_BYTES // 200 + 1, 200, 40, "names of more than"),
+], ids=["entries", "one-name", "one-path", "all-names"])
+def test_oversized_image_caches_fall_back_to_ldconfig(n: int, key_bytes: int,
+                                                      value_bytes: int, why: str) -> None:
+    """Before: a cache of 2^20 entries (64 MiB) cost 31 s of parse, merge and sort."""
+    with pytest.raises(image.UnsupportedCache, match=why):
+        image.parse_image(_cache(n, key_bytes, value_bytes))
+
+
+def test_the_largest_accepted_cache_is_cheap() -> None:
+    import time
+
+    data = _cache(image.MAX_ALL_KEY_BYTES // 32, 32)  # names alternating digits and letters
+    start = time.monotonic()
+    parsed = image.parse_image(data)
+    image.serialize(image.merge(parsed, parsed.entries[:10]), parsed.generator, parsed.hwcaps)
+    assert time.monotonic() - start < 2.0  # ~0.5 s on the project VM
