@@ -83,7 +83,7 @@ def _warn(message: str) -> None:
 
 def untrusted_reason(path: str, cwd: str | None) -> str | None:
     """Why `path` must not configure the hook (None: trusted). See the module docstring."""
-    trusted = {0, os.geteuid()}
+    trusted = _trusted_owners()
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
@@ -111,6 +111,21 @@ def untrusted_reason(path: str, cwd: str | None) -> str | None:
             return (f"it is inside the hook's starting directory {base} (the container's "
                     "bundle: the image must not configure the hook)")
     return None
+
+
+def _trusted_owners() -> set[int]:
+    """Root and the hook's user; in a user namespace (a rootless runtime runs the hook there,
+    with no more power than its user) also the overflow uid, which host root's files show."""
+    owners = {0, os.geteuid()}
+    try:
+        with open("/proc/self/uid_map", "rb") as f:
+            initial = f.read(256).split() == [b"0", b"0", b"4294967295"]
+        if not initial:
+            with open("/proc/sys/kernel/overflowuid", "rb") as f:
+                owners.add(int(f.read(16).strip() or b"65534"))
+    except (OSError, ValueError):
+        pass
+    return owners
 
 
 def _who_may_write(path: str, st: os.stat_result) -> str:

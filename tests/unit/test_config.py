@@ -537,3 +537,32 @@ def test_default_user(tmp_path: Path, text: str, want: str) -> None:
 )
 def test_go_trim_space(value: str, want: str) -> None:
     assert cfgmod.go_trim_space(value) == want
+
+
+def test_in_a_user_namespace_host_roots_files_are_trusted() -> None:
+    """A rootless runtime runs the hook in the user's namespace, where host root's files show
+    the overflow uid: they stay trusted (the hook has no more power than its user there)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs root, unshare and setpriv")
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="nvhook-userns-", dir="/tmp"))  # nobody can reach
+    directory.chmod(0o755)
+    path = directory / "config.toml"
+    path.write_text("x = 1\n")
+    code = ("import os, sys; from nvhook.config_file import untrusted_reason; "
+            f"print(os.stat({str(path)!r}).st_uid, untrusted_reason({str(path)!r}, None))")
+    try:
+        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "unshare", "-U", "-r", sys.executable, "-c", code],
+                              capture_output=True, text=True, check=False,
+                              env={"PYTHONPATH": str(Path(__file__).parents[2])})
+    finally:
+        shutil.rmtree(directory)
+    if proc.returncode and "unshare" in proc.stderr:
+        pytest.skip(f"no unprivileged user namespaces: {proc.stderr.strip()}")
+    assert proc.stdout.split() == ["65534", "None"], proc.stderr
