@@ -29,6 +29,10 @@ class Hook:
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path
+        # the hook's starting directory: not the one holding the configs (a config named by
+        # NVIDIA_CTK_CONFIG_FILE_PATH inside it is refused: there runc's bundle is)
+        self.workdir = tmp_path / "cwd"
+        self.workdir.mkdir()
         nodriver = tmp_path / "nodriver"
         (nodriver / "proc").mkdir(parents=True)
         self.base_config = self.config("")
@@ -59,7 +63,7 @@ class Hook:
         data = state if isinstance(state, bytes) else json.dumps(state or {}).encode()
         return subprocess.run(
             [*NVHOOK, *args], input=data.decode(), capture_output=True, text=True,
-            cwd=cwd or self.tmp, env={**self.env, **(env or {})}, timeout=60, check=False,
+            cwd=cwd or self.workdir, env={**self.env, **(env or {})}, timeout=60, check=False,
         )  # fmt: skip
 
     def dry_run(self, bundle: Path, *flags: str, pid: int = 4242) -> dict[str, Any]:
@@ -132,7 +136,10 @@ def test_sample_bundle_from_its_directory(hook: Hook) -> None:
 
 def test_relative_root_resolves_against_the_hook_cwd(hook: Hook) -> None:
     bundle = hook.bundle(GPU_ENV, root={"path": "../elsewhere/./rootfs"})
-    proc = hook.run(["prestart", "--dry-run"], {"bundle": "bundle"}, cwd=hook.tmp)
+    # the configs are in hook.tmp too: named by --config (from NVIDIA_CTK_CONFIG_FILE_PATH, a
+    # config inside the hook's starting directory is refused)
+    proc = hook.run(["--config", str(hook.base_config), "prestart", "--dry-run"],
+                    {"bundle": "bundle"}, cwd=hook.tmp)
     assert proc.returncode == 0, proc.stderr
     container = json.loads(proc.stdout)["container"]
     assert container == {"pid": 0, "bundle": str(bundle),
