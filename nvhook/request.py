@@ -20,7 +20,7 @@ from nvhook.device_lists import (
 )
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec, field, json_kind
-from nvmount.bounds import MAX_DIGITS, shorten
+from nvmount.bounds import MAX_DIGITS, long_number, shorten
 from nvmount.capabilities import DriverCapability
 from nvmount.log import get_logger
 from nvmount.records import record
@@ -227,7 +227,8 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
     names = sorted(
         n for n in env if n.startswith(REQUIRE_PREFIX) and not n.startswith(REQUIRE_JETPACK)
     )
-    check_requirement_budgets(names, env)
+    if names:  # requirements are imported only when asked (the hook's common path)
+        check_requirement_budgets(names, env)
     requirements = [env[n] for n in names]
     if legacy:
         version = env[CUDA_VERSION]
@@ -246,8 +247,6 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
 def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None:
     """RequestError naming the variable when the NVIDIA_REQUIRE_* values exceed the engine's
     budgets (`nvmount.plan.requirements`): count, characters and conditions (atoms)."""
-    import re  # here: only GPU containers get this far (the engine imports re anyway)
-
     from nvmount.plan import requirements as R
 
     hint = "(shorten the value, or set NVIDIA_DISABLE_REQUIRE=true)"
@@ -263,9 +262,9 @@ def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None
         atoms = R.count_atoms(value)
         if atoms > R.MAX_ATOMS:
             raise RequestError(f"{name}: {atoms} conditions, more than {R.MAX_ATOMS} {hint}")
-        long_number = re.search(f"[0-9]{{{MAX_DIGITS + 1},}}", value)
-        if long_number:
-            raise RequestError(f"{name}: number {shorten(long_number.group())!r} has more than "
+        number = long_number(value)
+        if number is not None:
+            raise RequestError(f"{name}: number {shorten(number)!r} has more than "
                                f"{MAX_DIGITS} digits (versions are numbers of at most "
                                f"{MAX_DIGITS} digits per component)")
         total += atoms

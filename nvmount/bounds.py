@@ -35,6 +35,28 @@ def compare_decimal(a: str, b: str) -> int:
     return (a > b) - (a < b)
 
 
+_ASCII_NON_DIGITS = {c: " " for c in range(128) if not 48 <= c <= 57}
+
+
+def long_number(text: str, max_digits: int = MAX_DIGITS) -> str | None:
+    """The first run of more than `max_digits` ASCII digits in `text`, or None (no regex:
+    the hook's common path imports no `re`)."""
+    for token in text.translate(_ASCII_NON_DIGITS).split():
+        if len(token) <= max_digits:
+            continue
+        if token.isascii():  # only digits are left of ASCII
+            return token
+        start = -1
+        for i, c in enumerate(token + " "):  # glued by non-ASCII characters: find the runs
+            if "0" <= c <= "9":
+                start = i if start < 0 else start
+            elif start >= 0:
+                if i - start > max_digits:
+                    return token[start:i]
+                start = -1
+    return None
+
+
 def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
     """`text` for a message: as is when short, else its start and its length."""
     if len(text) <= limit:

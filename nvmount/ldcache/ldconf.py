@@ -23,7 +23,6 @@ that resolves to a FIFO would block ldconfig's open for good: ldconfig is not ru
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
 import posixpath
 import stat
@@ -173,6 +172,8 @@ class ConfReader:
         return sorted(p for p in paths if os.path.lexists(p))
 
     def _match(self, directory: str, part: str, *, dirs_only: bool) -> list[str]:
+        from fnmatch import fnmatchcase  # here: only an include pattern needs it
+
         try:
             fd = self.libc.openat2(L.AT_FDCWD, directory, os.O_RDONLY | os.O_DIRECTORY,
                                    resolve=L.RESOLVE_NO_MAGICLINKS)
@@ -189,7 +190,7 @@ class ConfReader:
                     name = entry.name
                     if name.startswith(".") and not part.startswith("."):
                         continue
-                    if fnmatch.fnmatchcase(name, part) and (not dirs_only or _is_dir(entry)):
+                    if fnmatchcase(name, part) and (not dirs_only or _is_dir(entry)):
                         out.append(posixpath.join(directory, name))
         finally:
             os.close(fd)
