@@ -15,6 +15,10 @@ comments, `hwcap` lines ignored) and budgets:
   an include cycle until it is killed), `MAX_DIRS` directories, `MAX_GLOB_ENTRIES` directory
   entries looked at by the include patterns.
 
+Everything here runs after the sandbox's pivot_root into the container's rootfs: a module
+imported then would be loaded from the image. So this module (and every module the sandbox
+uses) imports what it needs at import time, in the hook, before the fork.
+
 `scan_lib_dirs` then looks at what ldconfig will read: every entry of the library
 directories (and their hwcap subdirectories), at most `MAX_SCAN_ENTRIES`. A symlink there
 that resolves to a FIFO would block ldconfig's open for good: ldconfig is not run then.
@@ -26,6 +30,7 @@ import errno
 import os
 import posixpath
 import stat
+from fnmatch import fnmatchcase  # at import, in the hook: the sandbox imports nothing later
 
 from nvmount import _libc as L
 from nvmount.bounds import shorten
@@ -172,8 +177,6 @@ class ConfReader:
         return sorted(p for p in paths if os.path.lexists(p))
 
     def _match(self, directory: str, part: str, *, dirs_only: bool) -> list[str]:
-        from fnmatch import fnmatchcase  # here: only an include pattern needs it
-
         try:
             fd = self.libc.openat2(L.AT_FDCWD, directory, os.O_RDONLY | os.O_DIRECTORY,
                                    resolve=L.RESOLVE_NO_MAGICLINKS)
