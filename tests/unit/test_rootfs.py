@@ -518,3 +518,50 @@ def test_read_only_rootfs_fails_with_a_clear_error(rootfs: Path) -> None:
     assert reused
     assert f"create mount point {LIB} in rootfs {rootfs}: read-only filesystem" in msg
     assert not (rootfs / "usr/lib/x86_64-linux-gnu").exists()
+
+
+# -- issue 8, class 4: budgets on hand-made walks -----------------------------------------------
+def _dotdot_chain(rootfs: Path, links: int, dots: int) -> None:
+    """/lib0 -> ../../(dots).../lib1 -> ... -> /target: each link costs `dots` + 1 steps."""
+    (rootfs / "target").mkdir()
+    for i in range(links):
+        nxt = f"lib{i + 1}" if i + 1 < links else "target"
+        (rootfs / f"lib{i}").symlink_to("../" * dots + nxt)
+
+
+@pytest.mark.parametrize(("links", "dots", "ok"), [
+    (10, 20, True),  # ~210 components
+    (39, 1350, False),  # 40 links of ~4 KiB of "../": 53,000 components, 27 s of hook before
+    (20, 20, False),  # ~420 components
+], ids=["under-the-budget", "40-links-of-4k-dotdot", "over-the-budget"])
+def test_one_walk_is_bounded(rootfs: Path, libc: Libc, links: int, dots: int, ok: bool) -> None:
+    import time
+
+    _dotdot_chain(rootfs, links, dots)
+    start = time.monotonic()
+    with Root.open(str(rootfs), libc) as root:
+        if ok:
+            fd, _ = root.ensure_file("/lib0/file")
+            assert root.real_path(fd) == "/target/file"
+            os.close(fd)
+        else:
+            with pytest.raises(PathError, match="more than 256 path components to walk"):
+                root.ensure_file("/lib0/file")
+    assert time.monotonic() - start < 1.0
+
+
+def test_all_walks_in_one_root_share_a_budget(rootfs: Path, libc: Libc,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from nvmount.fs import walk
+
+    monkeypatch.setattr(walk, "MAX_ROOT_WALK_STEPS", 100)
+    _dotdot_chain(rootfs, 3, 10)  # ~35 components per walk
+    with Root.open(str(rootfs), libc) as root:
+        for i in range(2):
+            fd, _ = root.ensure_file(f"/lib0/file{i}")
+            os.close(fd)
+        root.remember_dirs(False)
+        with pytest.raises(PathError, match="more than 100 path components walked in this "
+                           "rootfs in all"):
+            for i in range(2, 10):
+                os.close(root.ensure_file(f"/lib0/file{i}")[0])
