@@ -130,38 +130,57 @@ def _parse_extension(data: bytes, ext: int, base: int) -> tuple[bytes, tuple[byt
 
 
 # -- merging ----------------------------------------------------------------------------------
-def libcmp_key(name: bytes) -> tuple[tuple[int, int], ...]:
-    """A sort key ordering names as glibc's `_dl_cache_libcmp` does (digit runs as numbers,
-    a digit after a non-digit at the same position sorts higher, a prefix sorts lower)."""
-    out: list[tuple[int, int]] = []
-    i, n = 0, len(name)
-    while i < n:
-        c = name[i]
-        if 48 <= c <= 57:
-            j = i
-            while j < n and 48 <= name[j] <= 57:
-                j += 1
-            out.append((1, int(name[i:j]) if j - i < 19 else 1 << 63))
-            i = j
-        else:
-            out.append((0, c))
-            i += 1
+def _order_table() -> tuple[bytes, bytes, bytes]:
+    """Translation tables for `libcmp_key`: each non-digit byte to a code in glibc's order
+    (`char` is signed: bytes >= 0x80 below the end of a name, below ASCII), digits to a
+    space (so `bytes.split` finds the runs); the codes skip ASCII whitespace."""
+    avail = [v for v in range(256) if v not in b" \t\n\v\f\r"]
+    order = [*range(0x80, 0x100), _END_MARK, *range(1, 0x30), *range(0x3A, 0x80), _DIGIT_MARK]
+    code = {b: avail[i] for i, b in enumerate(order)}
+    runs = bytes(32 if 48 <= b <= 57 else code.get(b, 0) for b in range(256))
+    digits = bytes(b if 48 <= b <= 57 else 32 for b in range(256))
+    return runs, digits, bytes((code[_END_MARK], code[_DIGIT_MARK]))
+
+
+_END_MARK, _DIGIT_MARK = -1, -2  # stand-ins in `order`: the end of a name, a digit run next
+_RUNS, _DIGITS, _MARKS = _order_table()
+_END, _DIG = _MARKS[:1], _MARKS[1:]
+
+
+def libcmp_key(name: bytes) -> tuple[object, ...]:
+    """A sort key ordering names as glibc's `_dl_cache_libcmp` does: digit runs compared as
+    numbers, a digit above any other byte, bytes compared as signed `char`, and the end of a
+    name (its NUL) compared as a byte. The key alternates translated non-digit runs (each
+    ending in a code for what follows: a digit run or the end) and numbers, after a flag
+    saying which comes first, so keys of two names compare element by element like glibc
+    compares the names; the work is per run, not per byte (the image's cache is sorted whole
+    at every start)."""
+    runs = name.translate(_RUNS).split()
+    numbers = [int(d) if len(d) < 19 else 1 << 63 for d in name.translate(_DIGITS).split()]
+    starts_digit = bool(name) and 48 <= name[0] <= 57
+    out: list[object] = [starts_digit]
+    ends_digit = bool(name) and 48 <= name[-1] <= 57
+    for i in range(max(len(runs), len(numbers))):
+        if starts_digit and i < len(numbers):
+            out.append(numbers[i])
+        if i < len(runs):
+            last = i == len(runs) - 1 and not ends_digit
+            out.append(runs[i] + (_END if last else _DIG))
+        if not starts_digit and i < len(numbers):
+            out.append(numbers[i])
+    if ends_digit or not name:
+        out.append(_END)
     return tuple(out)
 
 
-def _order(entry: CacheEntry, hwcaps: tuple[bytes, ...]) -> tuple[object, ...]:
-    ext = bool(entry.hwcap & HWCAP_EXTENSION)
-    subdir = hwcaps[entry.hwcap & 0xFFFFFFFF] if ext else b""
-    # sorted ascending by this key == ldconfig's order (names and numbers descending)
-    bits = 0 if ext else -bin(entry.hwcap).count("1")
-    return (_negate(libcmp_key(entry.key)), -entry.flags, 0 if ext else 1, subdir, bits,
-            0 if ext else -entry.hwcap, -entry.osversion)
-
-
-def _negate(key: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    # descending lexicographic order: negate every element and end with a sentinel that makes
-    # a longer name (greater in libcmp) sort first
-    return (*((-a, -b) for a, b in key), (1, 0))
+def _order(entry: CacheEntry, ranks: dict[int, int]) -> tuple[object, ...]:
+    # sorted descending by this key == ldconfig's order: name, flags, glibc-hwcaps entries
+    # first (their subdirectory names ascending), then hwcap bit count, hwcap, osversion
+    if entry.hwcap & HWCAP_EXTENSION:
+        return (libcmp_key(entry.key), entry.flags, 1, -ranks[entry.hwcap & 0xFFFFFFFF], 0, 0,
+                entry.osversion)
+    return (libcmp_key(entry.key), entry.flags, 0, 0, bin(entry.hwcap).count("1"),
+            entry.hwcap, entry.osversion)
 
 
 def merge(image: CacheImage, new: tuple[CacheEntry, ...]) -> tuple[CacheEntry, ...]:
@@ -169,7 +188,9 @@ def merge(image: CacheImage, new: tuple[CacheEntry, ...]) -> tuple[CacheEntry, .
     seen = {(e.key, e.value, e.flags) for e in new}
     kept = [e for e in image.entries if (e.key, e.value, e.flags) not in seen]
     combined = [*new, *kept]
-    combined.sort(key=lambda e: _order(e, image.hwcaps))
+    order = sorted(range(len(image.hwcaps)), key=image.hwcaps.__getitem__)
+    ranks = {index: rank for rank, index in enumerate(order)}
+    combined.sort(key=lambda e: _order(e, ranks), reverse=True)  # stable: first added first
     return tuple(combined)
 
 

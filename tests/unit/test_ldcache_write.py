@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvmount._libc import Libc
 from nvmount.apply.journal import Journal
@@ -67,6 +69,48 @@ def test_merge_sorts_as_ldconfig_does() -> None:
 def test_libcmp_key(a: bytes, b: bytes, sign: int) -> None:
     ka, kb = image.libcmp_key(a), image.libcmp_key(b)
     assert (ka > kb) - (ka < kb) == sign
+
+
+def glibc_libcmp(p1: bytes, p2: bytes) -> int:
+    """glibc's `_dl_cache_libcmp`, transcribed: `char` is signed, the NUL compares as 0."""
+    def at(s: bytes, i: int) -> int:
+        c = s[i] if i < len(s) else 0
+        return c - 256 if c >= 128 else c
+
+    def digit(c: int) -> bool:
+        return 48 <= c <= 57
+
+    i = j = 0
+    while at(p1, i) != 0:
+        if digit(at(p1, i)):
+            if not digit(at(p2, j)):
+                return 1
+            v1 = v2 = 0
+            while digit(at(p1, i)):
+                v1, i = v1 * 10 + at(p1, i) - 48, i + 1
+            while digit(at(p2, j)):
+                v2, j = v2 * 10 + at(p2, j) - 48, j + 1
+            if v1 != v2:
+                return v1 - v2
+        elif digit(at(p2, j)):
+            return -1
+        elif at(p1, i) != at(p2, j):
+            return at(p1, i) - at(p2, j)
+        else:
+            i, j = i + 1, j + 1
+    return at(p1, i) - at(p2, j)
+
+
+_NAMES = st.binary(max_size=12).map(lambda b: b.replace(b"\0", b"")) | st.text(
+    alphabet="ab.-_019\xff ", max_size=12).map(lambda t: t.encode("latin-1"))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_NAMES, _NAMES)
+def test_libcmp_key_orders_as_glibc(a: bytes, b: bytes) -> None:
+    ka, kb = image.libcmp_key(a), image.libcmp_key(b)
+    want = glibc_libcmp(a, b)
+    assert (ka > kb) - (ka < kb) == (want > 0) - (want < 0), (a, b)
 
 
 def test_hwcaps_extension_round_trips() -> None:
