@@ -108,10 +108,10 @@ class Run:
         return applied
 
     def _cgroup(self) -> str:
-        """Allow the plan's device rules. A fault point precedes each cgroup write: v1 gets
-        one `allow_devices` call (one write) per rule, v2 one call (one atomic replace)."""
+        """Allow the plan's device rules. A fault point precedes each cgroup write: one per
+        rule in v1, one for the atomic replacement in v2."""
         from nvmount.cgroup.allow import allow_devices
-        from nvmount.cgroup.common import format_rule, should_skip_cgroups
+        from nvmount.cgroup.common import should_skip_cgroups
 
         skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
         target = self.handle.cgroup
@@ -119,21 +119,18 @@ class Run:
             why = skip or ("no device cgroup" if target is None else "no rules")
             log.info("device cgroup left alone: %s", why)
             return f"unchanged: {why}"
-        rules = self.plan.device_rules
-        batches = [(r,) for r in rules] if target.version == 1 else [rules]
-        described: list[str] = []
-        for batch in batches:
-            step = f"cgroup allow {', '.join(format_rule(r) for r in batch)}"
-            try:
-                self.faults(step)
-            except OSError as err:
-                from nvmount.errors import CgroupError
+        change = allow_devices(target, self.plan.device_rules, self.libc,
+                               lambda step: self._cgroup_point(step, target.path))
+        self.cgroup_changes.append(change)
+        return change.describe()
 
-                raise CgroupError(f"{step} in {target.path}: {err.strerror}") from err
-            change = allow_devices(target, batch, self.libc)
-            self.cgroup_changes.append(change)
-            described.append(change.describe())
-        return "; ".join(described)
+    def _cgroup_point(self, step: str, path: str) -> None:
+        try:
+            self.faults(step)
+        except OSError as err:
+            from nvmount.errors import CgroupError
+
+            raise CgroupError(f"{step} in {path}: {err.strerror}") from err
 
     def _ldcache(self, procfs: ProcFs) -> tuple[LdconfigResult | None, str]:
         """Update the container's ld.so.cache: written by the hook (`ldcache = "write"`, the

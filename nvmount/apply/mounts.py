@@ -54,15 +54,12 @@ def mount_attrs(flags: MountFlag) -> int:
     from nvmount import _libc
     from nvmount.plan.types import MountFlag
 
-    table = {
-        MountFlag.RDONLY: _libc.MOUNT_ATTR_RDONLY,
-        MountFlag.NOSUID: _libc.MOUNT_ATTR_NOSUID,
-        MountFlag.NODEV: _libc.MOUNT_ATTR_NODEV,
-        MountFlag.NOEXEC: _libc.MOUNT_ATTR_NOEXEC,
-    }
     attrs = 0
-    for flag, attr in table.items():
-        if flag in flags:
+    for flag, attr in ((MountFlag.RDONLY, _libc.MOUNT_ATTR_RDONLY),
+                       (MountFlag.NOSUID, _libc.MOUNT_ATTR_NOSUID),
+                       (MountFlag.NODEV, _libc.MOUNT_ATTR_NODEV),
+                       (MountFlag.NOEXEC, _libc.MOUNT_ATTR_NOEXEC)):
+        if int(flags) & int(flag):
             attrs |= attr
     return attrs
 

@@ -176,7 +176,7 @@ class _Applier:
         except (MountError, OSError):  # it was never attached
             pass
 
-    def bind(self, entry: Bind) -> None:
+    def bind(self, entry: Bind, step: Step | None = None) -> None:
         tree = self.sources[entry]
         mounts.apply_flags(tree, entry.flags, self.libc, what=entry.target)
         self.faults(f"mountpoint {entry.target}")
@@ -184,7 +184,7 @@ class _Applier:
         fd, created = self.root.ensure_mountpoint(entry.target, entry.kind, uid, gid)
         self.created(created)
         try:
-            self.faults(str(bind_step(entry)))
+            self.faults(str(step or bind_step(entry)))
             self.attach(tree, fd, entry.target)
         finally:
             os.close(fd)
@@ -247,7 +247,8 @@ class _Applier:
 
     def run(self, entry: Tmpfs | WriteFile | Bind | Symlink) -> None:
         if isinstance(entry, Bind):
-            run_step(bind_step(entry), Faults(), lambda: self.bind(entry))
+            step = bind_step(entry)
+            run_step(step, Faults(), lambda: self.bind(entry, step))
         elif isinstance(entry, Tmpfs):
             run_step(tmpfs_step(entry), Faults(), lambda: self.tmpfs_mount(entry))
         elif isinstance(entry, WriteFile):

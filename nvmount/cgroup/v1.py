@@ -19,7 +19,7 @@ from nvmount.records import record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from nvmount._libc import Libc
     from nvmount.cgroup.common import CgroupChange
@@ -96,7 +96,7 @@ class V1Change:
 
 
 def _write_rules(dir_fd: int, control: str, rules: Sequence[DeviceRule], libc: Libc,
-                 written: list[DeviceRule]) -> None:
+                 written: list[DeviceRule], point: Callable[[str], None] | None = None) -> None:
     """One rule per write(2) to `control` (devices.allow / devices.deny), checked cgroupfs."""
     from nvmount import _libc as L
 
@@ -105,6 +105,8 @@ def _write_rules(dir_fd: int, control: str, rules: Sequence[DeviceRule], libc: L
         if libc.fstatfs_type(fd) != L.CGROUP_SUPER_MAGIC:
             raise OSError(errno.EACCES, f"{control} is not on a cgroup v1 filesystem")
         for rule in rules:
+            if point is not None:
+                point(f"cgroup allow {format_rule(rule)}")
             try:
                 os.write(fd, format_rule(rule).encode())
             except OSError as err:
@@ -115,8 +117,10 @@ def _write_rules(dir_fd: int, control: str, rules: Sequence[DeviceRule], libc: L
         os.close(fd)
 
 
-def allow_devices_v1(path: str, rules: tuple[DeviceRule, ...], libc: Libc) -> CgroupChange:
-    """Write the (validated) rules' missing access to devices.allow, one rule per write."""
+def allow_devices_v1(path: str, rules: tuple[DeviceRule, ...], libc: Libc,
+                     point: Callable[[str], None] | None = None) -> CgroupChange:
+    """Write the (validated) rules' missing access to devices.allow, one rule per write
+    (`point(step)` before each), after one read of devices.list, through one open."""
     from nvmount import _libc as L
 
     change = V1Change(path, open_cgroup_dir(path, libc, os.O_PATH, L.CGROUP_SUPER_MAGIC, 1), libc)
@@ -128,7 +132,7 @@ def allow_devices_v1(path: str, rules: tuple[DeviceRule, ...], libc: Libc) -> Cg
             listed = parse_devices_list(os.fsdecode(f.read()))
         todo = [replace(r, access=missing_access(listed, r)) for r in rules]
         _write_rules(change._dir_fd, "devices.allow", [r for r in todo if r.access], libc,
-                     change.added)
+                     change.added, point)
     except (OSError, ValueError) as err:
         undo_quietly(change)
         cause = err.strerror if isinstance(err, OSError) else str(err)

@@ -29,10 +29,13 @@ class MountFlag(FlagSet):
 
     def names(self) -> str:
         """Mount-option style: "ro,nosuid,nodev" ("rw" when no flag is set)."""
-        return ",".join(_FLAG_WORDS[n] for n in self.member_names()) or "rw"
+        return _FLAG_TEXT[int(self)]
 
 
 members(MountFlag, NONE=0, RDONLY=1, NOSUID=2, NODEV=4, NOEXEC=8)
+# every combination's text, once (a step names its flags at each mount)
+_FLAG_TEXT = tuple(",".join(_FLAG_WORDS[n] for n in MountFlag(bits).member_names()) or "rw"
+                   for bits in range(16))
 
 RO_LIB = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID
 RO_DEV = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
