@@ -166,7 +166,7 @@ def report_error(err: BaseException, *, debug: bool, prog: str = "nvhook") -> in
     if debug:
         import traceback
 
-        traceback.print_exception(err, file=sys.stderr)
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
     if isinstance(err, UsageError):
         sys.stderr.write(one_line(str(err)) + "\n" + usage_text(prog))
         return 2

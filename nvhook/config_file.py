@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 from nvhook import __version__
 from nvhook.errors import ConfigError
@@ -187,10 +188,10 @@ def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
     data = _read_bounded(path, origin)
     if data is None:
         return None
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+    else:  # pragma: no cover - Python < 3.11 (mypy follows a version check, not try/except)
+        import tomli as tomllib
     try:
         return tomllib.loads(data.decode("utf-8"))
     except ValueError as err:  # UnicodeDecodeError, TOMLDecodeError, int()'s digit limit

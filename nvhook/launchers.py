@@ -48,7 +48,8 @@ if "{xoption}" not in sys._xoptions and any(
 ):
     os.execve(
         sys.executable,
-        [sys.executable, "-X", "{xoption}", *sys.orig_argv[1:]],
+        [sys.executable, "-X", "{xoption}",
+         *(sys.orig_argv[1:] if hasattr(sys, "orig_argv") else ["-IS", *sys.argv])],
         {{k: v for k, v in os.environ.items() if not (k.startswith(b"LD_") or k in _LOADER)}},
     )
 try:

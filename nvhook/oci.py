@@ -74,7 +74,7 @@ def json_kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "bool"
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return "number"
     if isinstance(value, str):
         return "string"

@@ -103,7 +103,7 @@ def _compare_prerelease(x: str, y: str) -> int:
     if not y:
         return -1
     xs, ys = x[1:].split("."), y[1:].split(".")
-    for dx, dy in zip(xs, ys, strict=False):
+    for dx, dy in zip(xs, ys):
         if dx == dy:
             continue
         nx, ny = dx.isdigit(), dy.isdigit()
@@ -122,7 +122,7 @@ def compare(v: str, w: str) -> int:
         if pv is None and pw is None:
             return 0
         return -1 if pv is None else 1
-    for a, b in zip(pv[:3], pw[:3], strict=True):
+    for a, b in zip(pv[:3], pw[:3]):
         c = _compare_int(a, b)
         if c:
             return c

@@ -15,7 +15,9 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from typing import Self, TypeVar
+    from typing import TypeVar
+
+    from typing_extensions import Self  # typing.Self is 3.11+ (TYPE_CHECKING only)
 
     C = TypeVar("C", bound="type[Choice] | type[Number] | type[FlagSet]")
 

@@ -218,4 +218,6 @@ class Run:
         if failures:
             log.error("rollback incomplete: %s", "; ".join(failures))
             if isinstance(err, NvmountError):
-                err.add_note("rollback incomplete: " + "; ".join(failures))
+                from nvmount._compat import add_note
+
+                add_note(err, "rollback incomplete: " + "; ".join(failures))

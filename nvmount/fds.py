@@ -13,7 +13,9 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
-    from typing import Protocol, Self, TypeVar
+    from typing import Protocol, TypeVar
+
+    from typing_extensions import Self  # typing.Self is 3.11+ (TYPE_CHECKING only)
 
     T = TypeVar("T")
     T_co = TypeVar("T_co", covariant=True)

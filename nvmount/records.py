@@ -51,7 +51,7 @@ def _init(names: tuple[str, ...], defaults: dict[str, object]) -> Callable[..., 
             raise TypeError(f"{type(self).__name__}() takes {count} arguments, "
                             f"{len(args)} given")
         setter = object.__setattr__
-        for name, value in zip(names, args):  # noqa: B905 (3.9 has no strict=)
+        for name, value in zip(names, args):
             setter(self, name, value)
         for name in names[len(args):]:
             if name in kwargs:
@@ -82,8 +82,10 @@ def _build(cls: type, frozen: bool) -> type:
     defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
     body = {k: v for k, v in cls.__dict__.items()
             if k not in defaults and k not in ("__dict__", "__weakref__")}
-    key = attrgetter(*names) if len(names) > 1 else (
-        (lambda obj: (getattr(obj, names[0]),)) if names else (lambda obj: ()))
+    # `lambda obj: names` for no fields (names is ()): mypy 1.x (the last for 3.9) types `()`
+    # as tuple[()] and rejects it against the first branch
+    key: Callable[[object], tuple[Any, ...]] = attrgetter(*names) if len(names) > 1 else (
+        (lambda obj: (getattr(obj, names[0]),)) if names else (lambda obj: names))
 
     def __eq__(self: object, other: object) -> bool:
         if other.__class__ is not self.__class__:

@@ -123,7 +123,10 @@ def read_text(path: str) -> str | None:
 
 
 def read_toml(path: str) -> dict[str, Any] | None:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
+        import tomli as tomllib
 
     text = read_text(path)
     if text is None:

@@ -113,7 +113,7 @@ def imports_drop_in(main: dict[str, Any] | None, main_path: str, drop_in: str) -
             continue
         full = os.path.normpath(os.path.join(base, pattern))  # filepath.Glob: "*" stops at "/"
         if all(fnmatch.fnmatchcase(t, p) for t, p in zip(
-                target.split("/"), full.split("/"), strict=False)) and \
+                target.split("/"), full.split("/"))) and \
                 target.count("/") == full.count("/"):
             return True
     return False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import sys
 from typing import Any
 
 from nvhook.errors import ConfigureError
@@ -63,7 +64,10 @@ def _table(table: dict[str, Any], path: tuple[str, ...], lines: list[str]) -> No
 
 def render_checked(doc: dict[str, Any], what: str) -> str:
     """`render(doc)`, refused unless it reads back as `doc`."""
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
+        import tomli as tomllib
 
     text = render(doc)
     try:

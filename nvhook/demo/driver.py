@@ -83,9 +83,29 @@ def has_real_driver() -> bool:
         return False
 
 
+def launcher_python() -> str:
+    """The interpreter for demo/test launchers: $NVHOOK_LAUNCHER_PYTHON, else /usr/bin/python3
+    when it is this Python version (what `nvhook install` defaults to), else this interpreter
+    (a venv of another version: its real path, which must be executable by every user that
+    runs the launcher, e.g. rootless podman's)."""
+    from nvhook.install_cmd import DEFAULT_PYTHON
+
+    chosen = os.environ.get("NVHOOK_LAUNCHER_PYTHON")
+    if chosen:
+        return chosen
+    want = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    try:
+        got = subprocess.run([DEFAULT_PYTHON, "-IS", "-c",
+                              "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
+    except OSError:
+        got = ""
+    return DEFAULT_PYTHON if got.strip() == want else os.path.realpath(sys.executable)
+
+
 def install_hook(prefix: Path) -> Path:
     """`nvhook install --prefix prefix`; return the launcher it wrote."""
-    _run_nvhook("install", "--prefix", str(prefix))
+    _run_nvhook("install", "--prefix", str(prefix), "--python", launcher_python())
     launcher = prefix / HOOK_NAME
     if not launcher.is_file():
         raise NvhookError(f"install hook into {prefix}: {launcher} was not written")

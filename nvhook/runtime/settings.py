@@ -12,6 +12,7 @@ container keep working while a broken key elsewhere in the file fails GPU create
 from __future__ import annotations
 
 import os
+import sys
 
 from nvhook.errors import ConfigError
 
@@ -108,7 +109,10 @@ def _parse(text: str, path: str) -> dict[str, Any]:
     doc = parse_simple(text)
     if doc is not None:
         return doc
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
+        import tomli as tomllib
 
     try:
         return tomllib.loads(text)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import posixpath
 
+from nvmount._compat import add_note
 from nvmount.apply import mounts
 from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
 from nvmount.faults import Faults
@@ -294,7 +295,7 @@ def apply_plan(
     except BaseException as err:
         failures = journal.rollback()
         if failures and isinstance(err, NvmountError):
-            err.add_note("rollback incomplete: " + "; ".join(failures))
+            add_note(err, "rollback incomplete: " + "; ".join(failures))
             log.error("rollback after a failed mount left things behind: %s", failures)
         raise
     finally:

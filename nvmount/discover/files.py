@@ -135,7 +135,7 @@ def find_libraries(root: DriverRoot, entries: tuple[LdcacheEntry, ...], arch: in
             break
     label = "compat32 library" if kind is FileKind.LIBRARY32 else "library"
     files = []
-    for name, slot in zip(names, slots, strict=True):
+    for name, slot in zip(names, slots):
         if slot is None:
             warnings.append(f"missing {label} {name}")
             continue
@@ -164,7 +164,7 @@ def find_binaries(root: DriverRoot, names: tuple[str, ...], path_env: str,
                 log.info("selecting %s", hit.path)
                 found[i] = hit.path
     files = []
-    for name, path in zip(names, found, strict=True):
+    for name, path in zip(names, found):
         if path is None:
             warnings.append(f"missing binary {name}")
             continue

@@ -18,7 +18,7 @@ from nvmount.fs.paths import cause, is_symlink, show, type_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self is 3.11+ (TYPE_CHECKING only)
 
     from nvmount._libc import Libc
     from nvmount.fs.procfs import ProcFs

@@ -109,7 +109,12 @@ class DeviceRule:
     what: str = ""  # the node path, for messages
 
 
-PlanEntry = Tmpfs | WriteFile | Bind | Symlink
+if TYPE_CHECKING:  # mypy --python-version 3.9 rejects `A | B` as an alias value: Union
+    from typing import Union
+
+    PlanEntry = Union[Tmpfs, WriteFile, Bind, Symlink]
+else:  # `type | type` is Python 3.10+; annotations are strings, so run time needs no union
+    PlanEntry = (Tmpfs, WriteFile, Bind, Symlink)
 
 
 @record

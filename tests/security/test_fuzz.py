@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 
 from nvhook.errors import NvhookError
 from nvmount.errors import NvmountError
+from tests._compat import tomllib
 from tests.security.conftest import LONG
 
 CI_EXAMPLES = 150

@@ -19,9 +19,13 @@ from typing import Any
 
 import pytest
 
+from nvhook.demo.driver import launcher_python
+
 REPO = Path(__file__).resolve().parent.parent.parent
 _SCRIPT = Path(sys.executable).parent / "nvhook"
 NVHOOK = [str(_SCRIPT)] if os.access(_SCRIPT, os.X_OK) else [sys.executable, "-m", "nvhook"]
+PYTHON = launcher_python()  # /usr/bin/python3 unless the tests run under another version
+INSTALL = [*NVHOOK, "install", "--python", PYTHON]
 SHADOWED = ("json", "ctypes", "logging", "dataclasses", "enum", "typing", "tomllib", "re",
             "encodings", "sitecustomize", "usercustomize", "evilmod", "startup")  # fmt: skip
 EVIL_C = r"""
@@ -61,7 +65,7 @@ class Planted:
         self.config = root / "config.toml"
         self.config.write_text(f'[nvidia-container-cli]\nroot = "{nodriver}"\n'
                                f'[nvhook]\nproc-root = "{nodriver}/proc"\n')  # fmt: skip
-        proc = subprocess.run([*NVHOOK, "install", "--prefix", str(root / "bin")],
+        proc = subprocess.run([*INSTALL, "--prefix", str(root / "bin")],
                               capture_output=True, text=True, check=False, timeout=60)
         assert proc.returncode == 0, proc.stderr
         self.launcher = root / "bin" / "nvidia-container-runtime-hook"
@@ -183,7 +187,7 @@ def test_ld_library_path_would_matter_without_the_reexec(
     """Control: pretending the re-exec already happened (`-X nvhook_reexec`), the same run
     loads the evil libffi.so.8 and fails, so the test above exercises a real threat."""
     proc = subprocess.run(
-        ["/usr/bin/python3", "-X", "nvhook_reexec", "-IS", str(planted.launcher), "prestart",
+        [PYTHON, "-X", "nvhook_reexec", "-IS", str(planted.launcher), "prestart",
          "--dry-run"],
         input=json.dumps({"bundle": "."}), capture_output=True, text=True, cwd=planted.bundle,
         env=planted.env(LD_LIBRARY_PATH=str(evil_libs)), timeout=60, check=False,
@@ -209,11 +213,11 @@ def test_ld_preload_runs_only_in_the_first_image(
 
 
 def test_launcher_text(tmp_path: Path) -> None:
-    proc = subprocess.run([*NVHOOK, "install", "--print"], capture_output=True, text=True,
+    proc = subprocess.run([*INSTALL, "--print"], capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert text.startswith("#!/usr/bin/python3 -IS\n# nvhook hook launcher")
+    assert text.startswith(f"#!{PYTHON} -IS\n# nvhook hook launcher")
     assert 'os.chdir("/")' in text
     assert "sys.path.extend(" in text and "sys.path.insert" not in text
     assert str(REPO) in text  # where nvhook is imported from (editable install)
@@ -223,7 +227,7 @@ def test_launcher_text(tmp_path: Path) -> None:
 
 def test_install_writes_names_and_refuses_foreign_files(tmp_path: Path) -> None:
     prefix = tmp_path / "bin"
-    proc = subprocess.run([*NVHOOK, "install", "--prefix", str(prefix), "--name", "a",
+    proc = subprocess.run([*INSTALL, "--prefix", str(prefix), "--name", "a",
                            "--name", "b"], capture_output=True, text=True, timeout=60,
                           check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -231,12 +235,12 @@ def test_install_writes_names_and_refuses_foreign_files(tmp_path: Path) -> None:
     assert (prefix / "a").stat().st_mode & 0o777 == 0o755
     foreign = prefix / "nvhook-hook"
     foreign.write_text("#!/bin/sh\necho not ours\n")
-    proc = subprocess.run([*NVHOOK, "install", "--prefix", str(prefix)], capture_output=True,
+    proc = subprocess.run([*INSTALL, "--prefix", str(prefix)], capture_output=True,
                           text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"install launcher {foreign}: the file exists and is not")
     assert foreign.read_text() == "#!/bin/sh\necho not ours\n"
-    proc = subprocess.run([*NVHOOK, "install", "--prefix", str(prefix), "--force"],
+    proc = subprocess.run([*INSTALL, "--prefix", str(prefix), "--force"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "nvhook hook launcher" in foreign.read_text()
@@ -246,7 +250,7 @@ def test_install_writes_names_and_refuses_foreign_files(tmp_path: Path) -> None:
 
 
 def test_install_relative_prefix_and_bad_interpreter(tmp_path: Path) -> None:
-    proc = subprocess.run([*NVHOOK, "install", "--prefix", "rel"], capture_output=True,
+    proc = subprocess.run([*INSTALL, "--prefix", "rel"], capture_output=True,
                           text=True, timeout=60, check=False, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "rel" / "nvidia-container-runtime-hook").is_file()
@@ -278,8 +282,9 @@ def test_launcher_kinds(tmp_path: Path) -> None:
     (runc's default bundle is the cwd, and the runtime must get the daemon's environment)."""
     texts = {}
     for kind in ("hook", "cli", "runtime"):
-        proc = subprocess.run([*NVHOOK, "--config", "/etc/x.toml", "install", "--print", kind],
-                              capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run([*NVHOOK, "--config", "/etc/x.toml", "install", "--python", PYTHON,
+                               "--print", kind], capture_output=True, text=True, timeout=60,
+                              check=False)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         texts[kind] = proc.stdout
     for kind in ("hook", "cli"):

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from nvhook.demo.bundle import container_cgroup_dirs, delete_container, new_container_id
+from tests._compat import zip_strict
 from tests.fixtures.containers import open_fd_count
 from tests.fixtures.security import AttackRig, HostOracle
 from tests.security.conftest import LONG
@@ -59,7 +60,7 @@ def test_concurrent_starts(rig: AttackRig, oracle: HostOracle) -> None:
     procs = [subprocess.Popen(rig.factory.runc.argv("run", "--bundle", str(b), cid), cwd=b,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-             for b, cid in zip(bundles, ids, strict=True)]
+             for b, cid in zip_strict(bundles, ids)]
     results = []
     try:
         for proc in procs:

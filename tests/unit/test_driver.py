@@ -19,6 +19,7 @@ from nvmount.discover.ldcache import ARCH_X86_64, LdcacheEntry
 from nvmount.discover.options import DiscoveryOptions
 from nvmount.errors import DriverError, NvmlError, SelectionError
 from nvmount.plan.selection import select_devices
+from tests._compat import zip_strict
 from tests.fixtures.elfgen import abi_note, make_elf
 from tests.fixtures.ldcachegen import write_new
 from tests.fixtures.sim import SimRootFactory
@@ -50,7 +51,7 @@ def test_versions_and_root(inv: DriverInventory, sim_root: SimRoot) -> None:
 
 def test_gpus_match_the_simulation(inv: DriverInventory, sim_root: SimRoot) -> None:
     assert len(inv.gpus) == 8
-    for gpu, sim in zip(inv.gpus, sim_root.gpus, strict=True):
+    for gpu, sim in zip_strict(inv.gpus, sim_root.gpus):
         assert (gpu.index, gpu.minor, gpu.uuid, gpu.bus_id, gpu.model, gpu.brand,
                 gpu.architecture) == (sim.index, sim.minor, sim.uuid, sim.bus_id.lower(),
                                       sim.model, sim.brand, sim.architecture)
@@ -236,10 +237,10 @@ def test_no_uvm_no_modeset(sim_root: SimRoot) -> None:
 # -- MIG --------------------------------------------------------------------------------------
 def test_mig_devices_and_caps(sim_mig_root: SimRoot) -> None:
     inv = discover(sim_mig_root)
-    for gpu, sim in zip(inv.gpus, sim_mig_root.gpus, strict=True):
+    for gpu, sim in zip_strict(inv.gpus, sim_mig_root.gpus):
         assert (gpu.mig_capable, gpu.mig_enabled) == (sim.mig_capable, sim.mig_enabled)
         assert len(gpu.mig_devices) == len(sim.mig_devices)
-        for mig, want in zip(gpu.mig_devices, sim.mig_devices, strict=True):
+        for mig, want in zip_strict(gpu.mig_devices, sim.mig_devices):
             assert (mig.index, mig.uuid, mig.gi, mig.ci, mig.profile, mig.gpu_index) == (
                 want.index, want.uuid, want.gi, want.ci, want.profile, gpu.index)
             base = f"/proc/driver/nvidia/capabilities/gpu{gpu.minor}/mig/gi{want.gi}"

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from nvhook.sim import SimRoot
+from tests._compat import zip_strict
 
 INFO_LABELS = ("Device Index", "Device Minor", "Model", "Brand", "GPU UUID", "Bus Location",
                "Architecture")
@@ -33,7 +34,7 @@ def test_info_text(sim_root: SimRoot) -> None:
     for g in sim_root.gpus:
         values = (g.index, g.minor, g.model, g.brand, g.uuid, g.bus_id.lower(), g.architecture)
         expected += "\n" + "".join(f"{k + ':':<15} {v}\n"
-                                   for k, v in zip(INFO_LABELS, values, strict=True))
+                                   for k, v in zip_strict(INFO_LABELS, values))
     body, cache_line = out.rsplit("\n\n", 1)
     assert body + "\n" == expected
     assert cache_line.startswith("Inventory cache: ")
@@ -54,7 +55,7 @@ def test_info_json(sim_mig_root: SimRoot) -> None:
     assert (doc["driver_version"], doc["cuda_version"]) == (sim_mig_root.driver_version, "12.4")
     assert [set(g) for g in doc["gpus"]] == [{
         "index", "minor", "uuid", "bus_id", "model", "brand", "architecture", "mig_devices"}] * 8
-    for got, sim in zip(doc["gpus"], sim_mig_root.gpus, strict=True):
+    for got, sim in zip_strict(doc["gpus"], sim_mig_root.gpus):
         assert (got["index"], got["minor"], got["uuid"], got["bus_id"], got["model"],
                 got["brand"], got["architecture"]) == (
             sim.index, sim.minor, sim.uuid, sim.bus_id.lower(), sim.model, sim.brand,

@@ -473,32 +473,31 @@ def _layout(rootfs: Path, name: str, canary: Path) -> None:
     root, like the container init's /proc/1/root at prestart time."""
     up = "../" * 8
     me = os.getpid()
-    match name:
-        case "cache-to-proc-root":  # F8 a
-            _link(rootfs, "etc/ld.so.cache", f"/proc/{me}/root{canary}/cache-target")
-        case "cache-abs-dotdot":  # F8 b
-            _link(rootfs, "etc/ld.so.cache", f"/../../../..{canary}/HOSTMARK")
-        case "cache-tmp-to-host":  # ldconfig's temp file name, pre-planted
-            _link(rootfs, "etc/ld.so.cache~", f"/hostproc/{me}/root{canary}/cache-target")
-        case "confd-to-proc-root":  # F8 c
-            _link(rootfs, "etc/ld.so.conf.d", f"/proc/{me}/root{canary}/conf.d")
-        case "confd-to-extra-procfs":  # a procfs the sandbox does not mask: ptrace-denied
-            _link(rootfs, "etc/ld.so.conf.d", f"/hostproc/{me}/root{canary}/conf.d")
-        case "confd-rel-dotdot":  # F8 d
-            _link(rootfs, "etc/ld.so.conf.d", f"{up[:-1]}{canary}/conf.d")
-        case "aux-cache-to-proc-cwd":  # F8 e
-            _link(rootfs, "var/cache/ldconfig", f"/hostproc/{me}/cwd")
-        case "confd-regular-file":  # F8 g
-            shutil.rmtree(rootfs / "etc/ld.so.conf.d")
-            (rootfs / "etc/ld.so.conf.d").write_text(f"{canary}/lib\n")
-        case "include-via-magic-links":  # F9
-            (rootfs / "etc/ld.so.conf").write_text(
-                f"include /proc/{me}/root{canary}/conf.d/*.conf\n"
-                f"include /hostproc/{me}/root{canary}/conf.d/*.conf\n"
-                f"/hostproc/{me}/root{canary}/lib\n"
-                "include /etc/ld.so.conf.d/*.conf\n")
-        case _:
-            raise AssertionError(name)
+    if name == "cache-to-proc-root":  # F8 a
+        _link(rootfs, "etc/ld.so.cache", f"/proc/{me}/root{canary}/cache-target")
+    elif name == "cache-abs-dotdot":  # F8 b
+        _link(rootfs, "etc/ld.so.cache", f"/../../../..{canary}/HOSTMARK")
+    elif name == "cache-tmp-to-host":  # ldconfig's temp file name, pre-planted
+        _link(rootfs, "etc/ld.so.cache~", f"/hostproc/{me}/root{canary}/cache-target")
+    elif name == "confd-to-proc-root":  # F8 c
+        _link(rootfs, "etc/ld.so.conf.d", f"/proc/{me}/root{canary}/conf.d")
+    elif name == "confd-to-extra-procfs":  # a procfs the sandbox does not mask: ptrace-denied
+        _link(rootfs, "etc/ld.so.conf.d", f"/hostproc/{me}/root{canary}/conf.d")
+    elif name == "confd-rel-dotdot":  # F8 d
+        _link(rootfs, "etc/ld.so.conf.d", f"{up[:-1]}{canary}/conf.d")
+    elif name == "aux-cache-to-proc-cwd":  # F8 e
+        _link(rootfs, "var/cache/ldconfig", f"/hostproc/{me}/cwd")
+    elif name == "confd-regular-file":  # F8 g
+        shutil.rmtree(rootfs / "etc/ld.so.conf.d")
+        (rootfs / "etc/ld.so.conf.d").write_text(f"{canary}/lib\n")
+    elif name == "include-via-magic-links":  # F9
+        (rootfs / "etc/ld.so.conf").write_text(
+            f"include /proc/{me}/root{canary}/conf.d/*.conf\n"
+            f"include /hostproc/{me}/root{canary}/conf.d/*.conf\n"
+            f"/hostproc/{me}/root{canary}/lib\n"
+            "include /etc/ld.so.conf.d/*.conf\n")
+    else:
+        raise AssertionError(name)
 
 
 HOSTILE = ["cache-to-proc-root", "cache-abs-dotdot", "cache-tmp-to-host", "confd-to-proc-root",

@@ -29,6 +29,7 @@ from nvmount.errors import MountError
 from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
 from nvmount.plan.types import RO_DEV, RO_IPC, RO_LIB, RO_PROC, MountFlag, SourceKind
+from tests._compat import zip_strict
 from tests.fixtures.privns import in_private_ns, sleeper
 from tests.unit.test_rootfs import listing
 
@@ -174,7 +175,7 @@ def _attach_into_staged(pid: int, host: str, rootfs: str) -> dict[str, object]:
     out: dict[str, object] = {}
     with ProcFs.open(libc) as procfs, entered(ns, libc), Root.open(rootfs, libc) as root:
         made = []
-        for tree, (_, target, kind, flags) in zip(trees, CASES, strict=True):
+        for tree, (_, target, kind, flags) in zip_strict(trees, CASES):
             fd, created = root.ensure_mountpoint(target, kind, 1000, 1000)
             made += created
             apply_flags(tree, flags, libc, what=target)

@@ -11,6 +11,7 @@ import pytest
 from nvmount import privileges
 from nvmount._libc import CLONE_NEWNS, Libc
 from nvmount.privileges import STAGE_CAPS, Cap, Stage, caps_for
+from tests._compat import zip_strict
 from tests.fixtures.privns import in_private_ns, sleeper
 
 STAGES = tuple(STAGE_CAPS)
@@ -99,7 +100,7 @@ def test_limit_permitted_cuts_permitted_bounding_and_inheritable(
     assert first["CapPrm"] == keep & root_status["CapPrm"]
     assert first["CapBnd"] == keep & root_status["CapBnd"]
     assert (first["CapInh"], first["CapAmb"]) == (0, 0)
-    for s, got in zip(STAGES, per_stage, strict=True):
+    for s, got in zip_strict(STAGES, per_stage):
         assert got["CapEff"] == mask(STAGE_CAPS[s]) & keep & root_status["CapPrm"], s
     if without is Stage.KMODS:  # SYS_MODULE and MKNOD are gone for good
         assert not per_stage[list(STAGES).index(Stage.KMODS)]["CapEff"] & mask(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 from nvhook.configure import containerd, crio, docker, tomlw
 from nvhook.errors import ConfigureError
+from tests._compat import tomllib
 
 REPO = Path(__file__).resolve().parent.parent.parent
 WRAPPER = "/opt/nvhook/bin/nvidia-container-runtime"

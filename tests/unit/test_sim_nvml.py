@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.sim import SimRoot, SimSpec
+from tests._compat import zip_strict
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = pytest.mark.root
@@ -127,7 +128,7 @@ def test_pynvml_lists_the_gpus(sim_root_factory: SimRootFactory, count: int) -> 
     gpus = out["gpus"]
     assert isinstance(gpus, list)
     assert len(gpus) == count
-    for gpu, want in zip(gpus, sim.gpus, strict=True):
+    for gpu, want in zip_strict(gpus, sim.gpus):
         domain, bus = int(want.bus_id[:8], 16), int(want.bus_id[9:11], 16)
         assert gpu["name"] == want.model
         assert gpu["uuid"] == want.uuid
@@ -151,10 +152,10 @@ def test_pynvml_enumerates_mig_devices(sim_mig_root: SimRoot) -> None:
     gpus = out["gpus"]
     assert isinstance(gpus, list)
     assert [g["mig_mode"] for g in gpus] == [[1, 1], [1, 1], [1, 1]] + [[0, 0]] * 5
-    for gpu, want in zip(gpus, sim_mig_root.gpus, strict=True):
+    for gpu, want in zip_strict(gpus, sim_mig_root.gpus):
         assert [(m["uuid"], m["gi"], m["ci"]) for m in gpu["mig"]] == [
             (m.uuid, m.gi, m.ci) for m in want.mig_devices]
-        for mig, wanted in zip(gpu["mig"], want.mig_devices, strict=True):
+        for mig, wanted in zip_strict(gpu["mig"], want.mig_devices):
             assert mig["name"] == f"{want.model} MIG {wanted.profile}"
             assert mig["memory"] == wanted.memory_mib << 20
             assert mig["is_mig"] == 1 and mig["parent"] == want.index

@@ -10,13 +10,13 @@ import json
 import os
 import stat
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from nvhook.errors import SimError
 from nvhook.sim import SimRoot, SimSpec, catalog, create_sim_root
+from tests._compat import tomllib, zip_strict
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = pytest.mark.root
@@ -338,7 +338,7 @@ def test_build_cache_skips_the_compiler(tmp_path: Path, monkeypatch: pytest.Monk
     assert (entry / ".complete").is_file()
     monkeypatch.setenv("PATH", str(tmp_path / "no-compiler-here"))
     second = create_sim_root(tmp_path / "b", spec, cache_dir=tmp_path / "cache")
-    for a, b in zip(first.libraries, second.libraries, strict=True):
+    for a, b in zip_strict(first.libraries, second.libraries):
         assert Path(a.path).read_bytes() == Path(b.path).read_bytes()
     out = run_smi(second, "-L")
     assert out.returncode == 0 and second.gpus[0].uuid in out.stdout

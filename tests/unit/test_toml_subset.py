@@ -7,13 +7,12 @@ that an accepted text means exactly what TOML says it means.
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvhook.runtime.toml_subset import parse_simple
+from tests._compat import tomllib
 
 NVIDIA_DEFAULT = """\
 #accept-nvidia-visible-devices-as-volume-mounts = false
