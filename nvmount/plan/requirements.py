@@ -131,7 +131,7 @@ def compare_versions(a: str, b: str) -> int:
     width = max(len(pa), len(pb))
     pa += [""] * (width - len(pa))
     pb += [""] * (width - len(pb))
-    for x, y in zip(pa, pb, strict=True):
+    for x, y in zip(pa, pb):  # padded to one length above (3.9 has no strict=)
         c = compare_decimal(x, y)
         if c:
             return c

@@ -6,6 +6,8 @@
   hook's path never import the simulator or the demo;
 - ctypes only in nvmount._libc, nvmount._bpf and nvmount.discover._nvml;
 - no product module over 400 lines;
+- nothing newer than Python 3.9 that ruff's py39 target lets through: no `zip(strict=)`, no
+  `X | Y` of types evaluated at run time (outside annotations), no `match`;
 - every test has an assertion of its own (assert, pytest.raises, or a helper that asserts).
 """
 
@@ -167,6 +169,62 @@ def test_no_product_module_over_400_lines() -> None:
     long = {name: n for name, path in product_modules().items()
             if (n := len(path.read_text().splitlines())) > 400}
     assert not long
+
+
+def _py39_breakers(tree: ast.AST) -> list[str]:
+    annotations = {id(n) for node in ast.walk(tree) for n in _annotation_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "zip"
+                and any(k.arg == "strict" for k in node.keywords)):
+            found.append(f"line {node.lineno}: zip(strict=) is 3.10+")
+        elif isinstance(node, ast.Match):
+            found.append(f"line {node.lineno}: match is 3.10+")
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+              and id(node) not in annotations and _names_a_type(node)):
+            found.append(f"line {node.lineno}: X | Y of types at run time is 3.10+")
+    return found
+
+
+def _annotation_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node inside an annotation (never evaluated: `from __future__ import annotations`)."""
+    roots: list[ast.AST | None] = []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = node.args
+        roots += [a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        roots += [args.vararg and args.vararg.annotation, args.kwarg and args.kwarg.annotation,
+                  node.returns]
+    elif isinstance(node, ast.AnnAssign):
+        roots.append(node.annotation)
+    for root in roots:
+        if root is not None:
+            yield from ast.walk(root)
+
+
+def _names_a_type(node: ast.BinOp) -> bool:
+    """`int | None`, `str | Path`...: an operand that is None, a builtin type or a CamelCase
+    name (constants in capitals and attributes like `A.X | A.Y` are flags: allowed)."""
+    types = {"int", "str", "bytes", "float", "bool", "list", "dict", "tuple", "set", "frozenset"}
+    return any((isinstance(side, ast.Constant) and side.value is None)
+               or (isinstance(side, ast.Name) and (side.id in types or (
+                   side.id[:1].isupper() and not side.id.isupper())))
+               for side in (node.left, node.right))
+
+
+def test_py39_check_finds_planted_breakers() -> None:
+    src = ("x = int | None\ndef f(a: int | None) -> str | None:\n"
+           "    return zip(a, a, strict=True)\n"
+           "y: int | None = 1\nisinstance(1, int | float)\nFLAGS = A | B\n")
+    assert [b.split(":")[0] for b in _py39_breakers(ast.parse(src))] == ["line 1", "line 3",
+                                                                         "line 5"]
+
+
+def test_nothing_needs_python_3_10() -> None:
+    """The interpreters nvhook supports start at 3.9 (Ubuntu 22.04 has 3.10, RHEL 9 3.9)."""
+    found = {str(path.relative_to(REPO)): bad
+             for path in (*product_modules().values(), *(REPO / "tests").rglob("*.py"))
+             if (bad := _py39_breakers(ast.parse(path.read_text())))}
+    assert not found
 
 
 def _asserts(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
