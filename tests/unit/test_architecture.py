@@ -178,7 +178,7 @@ def _py39_breakers(tree: ast.AST) -> list[str]:
         if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "zip"
                 and any(k.arg == "strict" for k in node.keywords)):
             found.append(f"line {node.lineno}: zip(strict=) is 3.10+")
-        elif isinstance(node, ast.Match):
+        elif isinstance(node, getattr(ast, "Match", ())):  # 3.9 has no ast.Match
             found.append(f"line {node.lineno}: match is 3.10+")
         elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
               and id(node) not in annotations and _names_a_type(node)):

@@ -101,6 +101,20 @@ def snapshot(t: Target) -> dict[str, object]:
     }
 
 
+def snapshot_diff(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:
+    """What differs between two snapshots: per key, the items only before / only after."""
+    out: dict[str, object] = {}
+    for key in before:
+        if before[key] != after[key]:
+            old, new = before[key], after[key]
+            if isinstance(old, list) and isinstance(new, list):
+                was, now = set(map(str, old)), set(map(str, new))
+                out[key] = {"-": sorted(was - now), "+": sorted(now - was)}
+            else:
+                out[key] = {"-": old, "+": new}
+    return out
+
+
 def options(sim: SimRoot, **changes: object) -> EngineOptions:
     base: dict[str, object] = {"root": sim.path, "proc_root": sim.proc_root,
                                "ldconfig_required": True}
@@ -171,7 +185,7 @@ def test_requirement_failure_changes_nothing(sim_root: SimRoot, rootfs: Path,
             configure_container(EngineRequest(devices=("0",), capabilities=C.COMPUTE,
                                               requirements=("cuda>=99",)),
                                 t.pid, t.rootfs, options(sim_root), Libc())
-        assert snapshot(t) == before
+        assert snapshot(t) == before, snapshot_diff(before, snapshot(t))
 
 
 @pytest.mark.parametrize("required", [False, True], ids=["warning", "required"])
@@ -187,7 +201,7 @@ def test_ldconfig_failure(sim_root: SimRoot, rootfs: Path, cgroup: str,
         if required:
             with pytest.raises(LdcacheError, match=r"^run ldconfig: host /nonexistent/ldconfig"):
                 configure_container(request, t.pid, t.rootfs, opts, Libc())
-            assert snapshot(t) == before
+            assert snapshot(t) == before, snapshot_diff(before, snapshot(t))
         else:
             result = configure_container(request, t.pid, t.rootfs, opts, Libc())
             assert result.ldconfig is not None and not result.ldconfig.ok
@@ -224,7 +238,7 @@ def test_sim_procfs_is_rolled_back(sim_root: SimRoot, rootfs: Path, cgroup: str,
             configure_container(EngineRequest(devices=("0",), capabilities=C.UTILITY), t.pid,
                                 t.rootfs, options(sim_root, sim_procfs=True), Libc(),
                                 faults=Faults(fault))
-        assert snapshot(t) == before
+        assert snapshot(t) == before, snapshot_diff(before, snapshot(t))
         assert _proc_driver_mounts(t) == []
 
 
@@ -256,8 +270,8 @@ def _sweep(sim: SimRoot, rootfs: Path, cgroup: str, request: EngineRequest,
                 assert step.split(" (")[0] in message or step in message, (step, message)
             after = snapshot(t)
             if after != before:
-                diff = sorted(set(map(str, after["files"])) ^ set(map(str, before["files"])))
-                raise AssertionError(f"a fault at {step!r} left changes behind: {diff}")
+                raise AssertionError(f"a fault at {step!r} left changes behind: "
+                                     f"{snapshot_diff(before, after)}")
             assert sorted(os.listdir("/proc/self/fd")) == fds, f"fd leak at {step!r}"
         # and the container is still fine to configure
         configure_container(request, t.pid, t.rootfs, options(sim), Libc())
