@@ -55,6 +55,18 @@ def _install() -> CommandMain:
     return main
 
 
+def _config() -> CommandMain:
+    from nvhook.config_check import main_config
+
+    return main_config
+
+
+def _doctor() -> CommandMain:
+    from nvhook.doctor.cmd import main
+
+    return main
+
+
 def _runtime() -> CommandMain:
     from nvhook.configure.cmd import main
 
@@ -83,4 +95,8 @@ COMMANDS: dict[str, Command] = {
                        _install),
     "runtime": Command("configure: register nvhook with docker, containerd, crio or podman",
                        _runtime),
+    "config": Command("check config.toml (check [--json]) or print the default one (default)",
+                      _config),
+    "doctor": Command("check this host: driver, devices, cgroups, runtimes, config, caches",
+                      _doctor),
 }

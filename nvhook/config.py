@@ -26,6 +26,7 @@ MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
 RUNTIME_MODES = ("legacy", "spec")  # [nvhook] runtime-mode
 CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
 LDCACHE_MODES = ("write", "ldconfig")
+DRIVER_CONTAINER_ROOT = "/run/nvidia/driver"  # where the GPU Operator's driver container is
 
 
 @record
@@ -42,6 +43,7 @@ class CliConfig:
     no_cgroups: bool = False
     user: str = ""
     ldconfig: str = "@/sbin/ldconfig"  # normalised (hook-spec 1.16): "@<host path>" or verbatim
+    root_origin: str = ""  # "config" (root named), "detected" (a driver container), "" (/)
 
 
 @record
@@ -98,6 +100,9 @@ class NvhookConfig:
     sim_procfs: bool = False  # simulated driver: the hook mounts a tmpfs on /proc/driver
     mps_pipe_directory: str = "/tmp/nvidia-mps"  # libnvc: $CUDA_MPS_PIPE_DIRECTORY (not read)
     test_faults: bool = False  # tests only: NVHOOK_FAULT (with --debug) arms fault injection
+    # the driver root used when nvidia-container-cli.root names none and a driver container
+    # (GPU Operator) has put its root here; "" turns the detection off
+    driver_container_root: str = DRIVER_CONTAINER_ROOT
 
 
 @record
@@ -116,6 +121,7 @@ class HookConfig:
     ctk: CtkConfig = field(default_factory=CtkConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     nvhook: NvhookConfig = field(default_factory=NvhookConfig)
+    unknown_keys: tuple[str, ...] = ()  # keys of the file nvhook does not know (`config check`)
 
 
 # (TOML key path, group attribute or "" for top level, attribute, expected type)
@@ -169,6 +175,7 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.sim-procfs", "nvhook", "sim_procfs", _BOOL),
     ("nvhook.mps-pipe-directory", "nvhook", "mps_pipe_directory", _STR),
     ("nvhook.test-faults", "nvhook", "test_faults", _BOOL),
+    ("nvhook.driver-container-root", "nvhook", "driver_container_root", _STR),
 )  # fmt: skip
 
 _GROUPS: dict[str, type[Any]] = {
@@ -252,13 +259,55 @@ def config_from_document(document: dict[str, Any], path: str | None) -> HookConf
         groups["cli"]["ldconfig"], features.allow_ldconfig_from_container, checked=path is not None
     )
     _check_choice(groups["nvhook"], "ldcache", "nvhook.ldcache", LDCACHE_MODES, where)
-    for attr in ("proc_root", "timing_log", "cache_dir", "mps_pipe_directory"):
+    for attr in ("proc_root", "timing_log", "cache_dir", "mps_pipe_directory",
+                 "driver_container_root"):
         _check_absolute(groups["nvhook"], attr, f"nvhook.{attr.replace('_', '-')}", where)
+    _choose_root(groups["cli"], groups["nvhook"].get("driver_container_root",
+                                                     DRIVER_CONTAINER_ROOT))
     top["supported_driver_capabilities"] = parse_supported_capabilities(
         top.get("supported_driver_capabilities", ",".join(KNOWN_CAPABILITIES))
     )
     built = {name: cls(**groups[name]) for name, cls in _GROUPS.items() if name != "features"}
-    return HookConfig(path=path, features=features, **top, **built)
+    return HookConfig(path=path, features=features, unknown_keys=unknown_keys(document), **top,
+                      **built)
+
+
+def _choose_root(cli: dict[str, Any], driver_container: str) -> None:
+    """The driver root: the configured one, else a driver container's (hook-spec 2.2), else /."""
+    if cli.get("root"):
+        cli["root_origin"] = "config"
+    elif driver_container and is_driver_root(driver_container):
+        cli.update(root=driver_container, root_origin="detected")
+
+
+def is_driver_root(path: str) -> bool:
+    """Whether `path` holds a driver's user space (its nvidia-smi): an empty mount point, where
+    a driver container has not started yet, is not one."""
+    return os.path.isfile(os.path.join(path, "usr/bin/nvidia-smi")) or os.path.isfile(
+        os.path.join(path, "bin/nvidia-smi"))
+
+
+def known_keys() -> tuple[str, ...]:
+    """Every dotted key nvhook reads."""
+    return tuple(key for key, _, _, _ in _SCHEMA)
+
+
+def unknown_keys(document: dict[str, Any]) -> tuple[str, ...]:
+    """The dotted keys of `document` that name no key nvhook reads (and no table holding one)."""
+    known = known_keys()
+    tables = {key.rsplit(".", n)[0] for key in known for n in range(1, key.count(".") + 1)}
+    found: list[str] = []
+    pending: list[tuple[str, Any]] = list(document.items())
+    for key, value in pending:  # grows while it is walked: tables nvhook knows are entered
+        if len(found) == 64:
+            break
+        if key in known:
+            continue
+        if key in tables and isinstance(value, dict):
+            pending.extend((f"{key}.{k}", v) for k, v in value.items())
+        else:
+            found.append(key)
+    return tuple(found)
 
 
 def _check_choice(

@@ -54,16 +54,19 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 
 
-def _discover_cached(opts: GlobalOptions) -> tuple[DriverInventory, str]:
-    """The inventory from NVML now, and what the inventory cache held (`_CACHE`); the cache
-    is rewritten."""
+def _discover_cached(opts: GlobalOptions) -> tuple[DriverInventory, str, str]:
+    """The inventory from NVML now, what the inventory cache held (`_CACHE`; the cache is
+    rewritten) and where the driver root came from."""
     from nvhook.config_file import load_config
     from nvhook.engine import engine_options
     from nvmount.engine import discover_cached
     from nvmount.faults import Faults
 
-    return discover_cached(engine_options(load_config(opts.config_path, os.environ)), Faults(),
-                           fresh=True)
+    config = load_config(opts.config_path, os.environ)
+    inventory, cache = discover_cached(engine_options(config), Faults(), fresh=True)
+    origin = {"config": "nvidia-container-cli.root",
+              "detected": "a driver container (nvidia-container-cli.root is unset)"}
+    return inventory, cache, origin.get(config.cli.root_origin, "default")
 
 
 # -- info ---------------------------------------------------------------------------------------
@@ -73,14 +76,17 @@ def main_info(argv: list[str], opts: GlobalOptions) -> int:
     fmt.add_argument("--json", action="store_true", help="print JSON")
     fmt.add_argument("--csv", action="store_true", help="print CSV, as nvidia-container-cli")
     args = parser.parse_args(argv)
-    inventory, cache = _discover_cached(opts)
+    inventory, cache, origin = _discover_cached(opts)
     if args.json:
-        doc = {**info_json(inventory), "inventory_cache": cache}
+        doc = {**info_json(inventory), "driver_root": {"path": inventory.root, "from": origin},
+               "inventory_cache": cache}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     elif args.csv:
         sys.stdout.write(info_csv(inventory))
     else:
-        sys.stdout.write(info_text(inventory) + "\n" + _field("Inventory cache", _CACHE[cache]))
+        sys.stdout.write(info_text(inventory) + "\n" + _field("Driver root",
+                                                             f"{inventory.root} ({origin})")
+                         + _field("Inventory cache", _CACHE[cache]))
     return 0
 
 

@@ -56,6 +56,8 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
         from nvhook.logs import attach_log_file
 
         attach_log_file(config.cli.debug)
+    if config.unknown_keys and (opts.debug or config.cli.debug):
+        _warn_unknown_keys(config)
     with timer.phase("spec"):
         state = load_state(opts.stdin if opts.stdin is not None else stdin_fd)
         spec = load_spec(state.bundle, cwd=opts.cwd)
@@ -89,6 +91,12 @@ def container_ref(state: State, spec: Spec, cwd: str | None) -> ContainerRef:
     return ContainerRef(
         pid=state.pid, bundle=resolve_bundle(state.bundle, cwd), rootfs=resolve_rootfs(spec, cwd)
     )
+
+
+def _warn_unknown_keys(config: HookConfig) -> None:
+    get_logger(__name__).warning(
+        "config %s: unknown keys ignored: %s (see `nvhook config check`)", config.path,
+        ", ".join(config.unknown_keys))
 
 
 def _log_not_gpu(state: State) -> None:

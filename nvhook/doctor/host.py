@@ -1,0 +1,230 @@
+"""Doctor checks of the host around nvhook: cgroups, running daemons (psutil), the container
+runtimes' configuration and the launchers they run, CDI specs. Effects: reads files, lists
+processes, runs launchers' `--version`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+from typing import Any
+
+from nvhook.doctor.findings import Finding, HostPaths
+from nvhook.launchers import MARKER
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvhook.config import HookConfig
+
+DAEMONS = ("dockerd", "containerd", "crio", "kubelet", "nvidia-persistenced",
+           "nv-fabricmanager")
+_OURS = ("nvidia-container-runtime", "nvhook-runtime", "nvidia-container-runtime-hook",
+         "nvhook-hook", "nvidia-container-cli")
+
+
+def running_daemons() -> frozenset[str]:
+    """The names in DAEMONS of the processes running now (psutil)."""
+    import psutil
+
+    names: set[str] = set()
+    for proc in psutil.process_iter(["name"]):
+        name = proc.info.get("name") or ""
+        if name in DAEMONS:
+            names.add(name)
+    return frozenset(names)
+
+
+def cgroup_mode(mountinfo: str) -> str:
+    """"v2", "hybrid" (v1 devices controller and a cgroup2 mount) or "v1". Pure."""
+    from nvmount.cgroup.find import parse_mountinfo
+
+    entries = parse_mountinfo(mountinfo)
+    devices_v1 = any(m.fstype == "cgroup" and "devices" in m.super_options for m in entries)
+    has_v2 = any(m.fstype == "cgroup2" for m in entries)
+    return ("hybrid" if has_v2 else "v1") if devices_v1 else "v2"
+
+
+def systemd_cgroup_users(paths: HostPaths) -> list[str]:
+    """The runtimes configured for systemd's cgroup driver."""
+    users = []
+    daemon = _json(os.path.join(paths.etc, "docker/daemon.json"))
+    if any("native.cgroupdriver=systemd" in str(o) for o in daemon.get("exec-opts", [])):
+        users.append("docker")
+    for path in _containerd_files(paths):
+        if "SystemdCgroup = true" in _text(path).replace("  ", " "):
+            users.append("containerd")
+            break
+    if "cgroupDriver: systemd" in _text(os.path.join(paths.var_lib, "kubelet/config.yaml")):
+        users.append("kubelet")
+    return users
+
+
+def check_cgroups(paths: HostPaths) -> Finding:
+    mode = cgroup_mode(_text(os.path.join(paths.proc, "self/mountinfo")))
+    init = _text(os.path.join(paths.proc, "1/comm")).strip()
+    users = systemd_cgroup_users(paths) if init == "systemd" else []
+    text = f"cgroup {mode}, init {init or '?'}" + (
+        f", systemd cgroup driver: {', '.join(users)}" if users else "")
+    if mode != "v2" and users:
+        return Finding("cgroups", "warn", text + ": `systemctl daemon-reload` rewrites the v1 "
+                       "device rules and GPU containers lose their GPUs (NVIDIA issue 48)",
+                       "set [nvhook] runtime-mode = \"spec\" (the device rules go into the "
+                       "spec, which systemd keeps), use CDI, or boot with cgroup v2")
+    return Finding("cgroups", "ok", text)
+
+
+def _text(path: str, limit: int = 1 << 20) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as stream:
+            return stream.read(limit)
+    except OSError:
+        return ""
+
+
+def _json(path: str) -> dict[str, Any]:
+    try:
+        value = json.loads(_text(path) or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _containerd_files(paths: HostPaths) -> list[str]:
+    return [os.path.join(paths.etc, "containerd/config.toml"),
+            *sorted(glob.glob(os.path.join(paths.etc, "containerd/conf.d/*.toml")))]
+
+
+def which(name: str, search: str) -> str | None:
+    if "/" in name:
+        return name if os.path.isfile(name) else None
+    for directory in search.split(":"):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def is_nvhook_launcher(path: str) -> bool:
+    return MARKER in _text(path, 4096)
+
+
+def runtime_targets(paths: HostPaths) -> dict[str, list[str]]:
+    """{runtime: [binary or hook paths its configuration names for NVIDIA GPUs]}; a runtime
+    whose configuration directory is absent is left out."""
+    found: dict[str, list[str]] = {}
+    if os.path.isdir(os.path.join(paths.etc, "docker")):
+        runtimes = _json(os.path.join(paths.etc, "docker/daemon.json")).get("runtimes", {})
+        found["docker"] = [str(r.get("path", "")) for r in runtimes.values()
+                           if isinstance(r, dict) and _nvidia_name(str(r.get("path", "")))]
+    if os.path.isdir(os.path.join(paths.etc, "containerd")):
+        found["containerd"] = _toml_values(_containerd_files(paths), "BinaryName")
+    if os.path.isdir(os.path.join(paths.etc, "crio")):
+        found["crio"] = _toml_values(
+            sorted(glob.glob(os.path.join(paths.etc, "crio/crio.conf.d/*"))), "runtime_path")
+    hooks = [os.path.join(paths.etc, "containers/oci/hooks.d"),
+             os.path.join(paths.usr_share, "containers/oci/hooks.d")]
+    if any(os.path.isdir(d) for d in hooks):
+        found["podman (hooks.d)"] = [
+            str(_json(f).get("hook", {}).get("path", "")) for d in hooks
+            for f in sorted(glob.glob(os.path.join(d, "*.json")))
+            if _nvidia_name(str(_json(f).get("hook", {}).get("path", "")))]
+    return found
+
+
+def _nvidia_name(path: str) -> bool:
+    return os.path.basename(path) in _OURS
+
+
+def _toml_values(files: list[str], key: str) -> list[str]:
+    """Every string value of `key` at any depth of the TOML files that name an NVIDIA binary."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python < 3.11
+        import tomli as tomllib
+    values: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == key and isinstance(v, str) and _nvidia_name(v):
+                    values.append(v)
+                walk(v)
+
+    for path in files:
+        try:
+            walk(tomllib.loads(_text(path)))
+        except ValueError:
+            continue
+    return values
+
+
+def check_runtimes(paths: HostPaths, running: frozenset[str]) -> list[Finding]:
+    targets = runtime_targets(paths)
+    if not targets:
+        return [Finding("runtimes", "warn", "no docker, containerd, crio or podman "
+                        "configuration found", "nvhook runtime configure --runtime=RUNTIME")]
+    findings = []
+    for runtime, binaries in targets.items():
+        daemon = {"docker": "dockerd", "crio": "crio"}.get(runtime, runtime)
+        state = " (running)" if daemon in running else ""
+        if not binaries:
+            findings.append(Finding(f"runtime {runtime}", "info", f"not configured for GPUs"
+                                    f"{state}", "nvhook runtime configure --runtime="
+                                    + runtime.split()[0]))
+            continue
+        findings.extend(_target_finding(runtime, state, b, paths) for b in binaries)
+    return findings
+
+
+def _target_finding(runtime: str, state: str, binary: str, paths: HostPaths) -> Finding:
+    path = which(binary, paths.path)
+    if path is None:
+        return Finding(f"runtime {runtime}", "fail", f"{binary}{state}: not found",
+                       "nvhook install (or install the nvhook package), then restart it")
+    if not is_nvhook_launcher(path):
+        return Finding(f"runtime {runtime}", "warn", f"{path}{state} is not nvhook's "
+                       "(NVIDIA's toolkit?)", "nvhook runtime configure --runtime="
+                       + runtime.split()[0])
+    return check_launcher(path, f"runtime {runtime}", state)
+
+
+def check_launcher(path: str, check: str, state: str = "") -> Finding:
+    """An nvhook launcher starts (`--version`): a moved installation fails here."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Finding(check, "fail", f"{path}{state}: cannot run it: {err}",
+                       "nvhook install (re-run after moving nvhook)")
+    if proc.returncode != 0 and "no runtime binary" not in proc.stderr:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Finding(check, "fail", f"{path}{state}: does not start: {last}",
+                       "nvhook install (re-run after moving nvhook)")
+    return Finding(check, "ok", f"{path}{state} (nvhook)")
+
+
+def check_hook_on_path(paths: HostPaths) -> Finding:
+    """Docker's `--gpus` runs `nvidia-container-runtime-hook` from dockerd's PATH."""
+    path = which("nvidia-container-runtime-hook", paths.path)
+    if path is None:
+        return Finding("hook", "warn", "nvidia-container-runtime-hook is not on PATH "
+                       "(docker --gpus needs it)", "install the nvhook package, or nvhook install")
+    if not is_nvhook_launcher(path):
+        return Finding("hook", "warn", f"{path} is not nvhook's (NVIDIA's toolkit?)",
+                       "remove NVIDIA's toolkit, or nvhook install --force")
+    return check_launcher(path, "hook")
+
+
+def check_cdi(config: HookConfig) -> Finding:
+    specs = [p for d in config.runtime.modes_cdi_spec_dirs
+             for p in sorted(glob.glob(os.path.join(d, "*")))
+             if p.endswith((".yaml", ".json")) and "nvidia.com/gpu" in _text(p, 1 << 16)]
+    if not specs:
+        return Finding("CDI", "info", "no nvidia.com/gpu CDI spec (podman --device "
+                       "nvidia.com/gpu=N and the device plugin's cdi strategy need one)",
+                       "nvhook cdi generate --output /etc/cdi/nvidia.yaml")
+    return Finding("CDI", "ok", ", ".join(specs))
