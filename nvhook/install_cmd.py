@@ -8,6 +8,7 @@ site module (`#!/usr/bin/python3 -IS`; a shebang passes one argument, so `-I -S`
     nvhook install [--prefix DIR] [--name NAME ...] [--runtime-name NAME ...]
                    [--cli-name NAME ...] [--config PATH] [--python PATH] [--force]
                    [--print [hook|cli|runtime]]
+    nvhook install --uninstall [--prefix DIR] [--name NAME ...] [...]
 
 `--prefix` is the directory the launchers are written to (default /usr/local/bin). Default
 names: the hook `nvidia-container-runtime-hook` (the name Docker's `--gpus` looks up on its
@@ -15,8 +16,10 @@ PATH) and `nvhook-hook`; the wrapper `nvidia-container-runtime` and `nvhook-runt
 `nvidia-container-cli` (the name containerd's `--gpus`, nerdctl, enroot and Apptainer run).
 Naming launchers of one kind writes only the named ones (`--name a` writes only the hook `a`).
 `--config PATH` records a config file the launchers use unless NVIDIA_CTK_CONFIG_FILE_PATH is
-set. Re-run after moving or upgrading the installation. The next steps (which runtime to
-configure and restart) are printed on stderr.
+set. Re-run after moving or upgrading the installation: a launcher that cannot import nvhook
+says so in one line and exits 127. The next steps (which runtime to configure and restart)
+are printed on stderr. `--uninstall` removes the launchers (the named ones, else every default
+name) that are nvhook's; other files of those names are left alone.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="replace files that are not nvhook launchers")
     parser.add_argument("--print", nargs="?", const="hook", choices=KINDS, dest="print_kind",
                         help="print a launcher (default: the hook) instead of writing it")
+    parser.add_argument("--uninstall", action="store_true",
+                        help="remove nvhook's launchers (the named ones, else the defaults)")
     return parser.parse_args(argv)  # fmt: skip
 
 
@@ -69,6 +74,8 @@ def wanted_launchers(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def main(argv: list[str], opts: GlobalOptions) -> int:
     args = _parse(argv)
+    if args.uninstall:
+        return uninstall(_absolute(args.prefix, opts.cwd), wanted_launchers(args))
     python = _absolute(args.python, opts.cwd)
     _check_interpreter(python)
     # `--config PATH` is nvhook's global flag (taken from anywhere on the command line)
@@ -88,6 +95,30 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
     from nvhook.configure.hints import install_hint
 
     sys.stderr.write(install_hint(prefix))
+    return 0
+
+
+def uninstall(prefix: str, launchers: list[tuple[str, str]]) -> int:
+    """Remove the nvhook launchers among `launchers` in `prefix`; print each removed path."""
+    for _, name in launchers:
+        path = os.path.join(prefix, name)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                ours = MARKER in stream.read(4096)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise NvhookError(f"uninstall launcher {path}: {err.strerror}") from err
+        if not ours:
+            sys.stderr.write(f"nvhook install: leaving {path}: not an nvhook launcher\n")
+            continue
+        try:
+            os.unlink(path)
+        except OSError as err:
+            raise NvhookError(f"uninstall launcher {path}: {err.strerror}") from err
+        print(path)
+    sys.stderr.write("nvhook install: a runtime configured with `nvhook runtime configure` "
+                     "still names these launchers: undo that configuration too\n")
     return 0
 
 

@@ -62,6 +62,18 @@ os.chdir("/")
 _CONFIG = '''os.environ.setdefault({env!r}, {config!r})  # posix.environ: bytes
 '''
 
+# A moved or removed installation: one line that says so, not a traceback (exit 127, as a
+# shell says for a missing command).
+_GUARD = '''try:
+    import nvhook
+except ImportError as _err:
+    sys.stderr.write("%s: cannot import nvhook (%s) from %s: the installation moved or is gone "
+                     "(re-run `nvhook install`, or reinstall the nvhook package)\\n"
+                     % (sys.argv[0], _err, {paths!r}))
+    sys.stderr.flush()
+    os._exit(127)
+'''
+
 # A short-lived root process: no cyclic garbage collection (nothing it builds is worth a
 # collection pass), and no interpreter teardown at the end (output flushed first).
 _FAST_EXIT = """_rc = main({args})
@@ -88,5 +100,5 @@ def render(kind: str, python: str, paths: list[str], *, version: str,
         text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption)
     if config:
         text += _CONFIG.format(env=CONFIG_ENV.encode(), config=config.encode())
-    text += f"sys.path.extend({paths!r})\n"
+    text += f"sys.path.extend({paths!r})\n" + _GUARD.format(paths=", ".join(paths))
     return text + _ENTRY[kind]

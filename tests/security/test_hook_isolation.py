@@ -294,3 +294,43 @@ def test_launcher_kinds(tmp_path: Path) -> None:
     assert "from nvhook.runtime.wrapper import main" in texts["runtime"]
     for text in texts.values():
         assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in text
+
+
+def test_moved_installation_fails_with_one_line(tmp_path: Path) -> None:
+    """A launcher whose recorded import directories are gone (a moved venv) says so in one
+    line and exits 127, for every kind."""
+    for kind in ("hook", "cli", "runtime"):
+        proc = subprocess.run([*INSTALL, "--print", kind], capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        head, _, rest = proc.stdout.partition("sys.path.extend(")
+        moved = (head + f"sys.path.extend([{str(tmp_path / 'gone')!r}])\n"
+                 + rest.split(")\n", 1)[1])
+        launcher = tmp_path / f"launcher-{kind}"
+        launcher.write_text(moved)
+        launcher.chmod(0o755)
+        run = subprocess.run([str(launcher), "--version"], capture_output=True, text=True,
+                             timeout=60, check=False, cwd="/")
+        assert run.returncode == 127, run.stderr
+        lines = run.stderr.splitlines()
+        assert len(lines) == 1 and "Traceback" not in run.stderr
+        assert lines[0].startswith(f"{launcher}: cannot import nvhook (No module named 'nvhook')")
+        assert "re-run `nvhook install`, or reinstall the nvhook package" in lines[0]
+
+
+def test_uninstall_removes_only_launchers(tmp_path: Path) -> None:
+    prefix = tmp_path / "bin"
+    proc = subprocess.run([*INSTALL, "--prefix", str(prefix)], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (prefix / "nvhook-hook").write_text("#!/bin/sh\necho not ours\n")  # replaced by someone
+    (prefix / "other").write_text("keep")
+    proc = subprocess.run([*INSTALL, "--prefix", str(prefix), "--uninstall"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split()) == 4
+    assert f"leaving {prefix / 'nvhook-hook'}: not an nvhook launcher" in proc.stderr
+    assert sorted(p.name for p in prefix.iterdir()) == ["nvhook-hook", "other"]
+    again = subprocess.run([*INSTALL, "--prefix", str(prefix), "--uninstall"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 0 and again.stdout == ""
