@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # netavark is named because setup.sh skips recommends and podman's network stack is virtual.
 APT_PACKAGES=(runc gcc libc6-dev gcc-multilib busybox-static libcap-dev python3-venv python3-dev
               python3-pip bpftool
-              docker.io containerd podman netavark crun uidmap)
+              docker.io containerd podman netavark crun uidmap mmdebstrap)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -35,8 +35,10 @@ def test_info_text(sim_root: SimRoot) -> None:
         values = (g.index, g.minor, g.model, g.brand, g.uuid, g.bus_id.lower(), g.architecture)
         expected += "\n" + "".join(f"{k + ':':<15} {v}\n"
                                    for k, v in zip_strict(INFO_LABELS, values))
-    body, cache_line = out.rsplit("\n\n", 1)
+    body, tail = out.rsplit("\n\n", 1)
     assert body + "\n" == expected
+    root_line, cache_line = tail.splitlines()
+    assert root_line == f"Driver root:    {sim_root.path} (nvidia-container-cli.root)"
     assert cache_line.startswith("Inventory cache: ")
 
 

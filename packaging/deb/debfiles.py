@@ -1,0 +1,114 @@
+"""The DEBIAN/ files of the nvhook package: control fields, maintainer scripts, copyright and
+changelog. Pure text.
+
+Relations with NVIDIA's packages (v1.17.8, hook-spec 4.3), all reasoned by the files:
+- Conflicts + Replaces nvidia-container-toolkit (ships /usr/bin/nvidia-container-runtime-hook
+  and the nvidia-container-toolkit link), nvidia-container-toolkit-base (ships
+  /usr/bin/nvidia-container-runtime and writes /etc/nvidia-container-runtime/config.toml, our
+  conffile), libnvidia-container-tools (ships /usr/bin/nvidia-container-cli), and the old
+  nvidia-container-runtime / nvidia-container-runtime-hook packages that shipped the same
+  paths. Both cannot be installed at once; apt removes NVIDIA's when ours is installed.
+- Provides nvidia-container-toolkit (= 1.17.8) and libnvidia-container-tools (= 1.17.8):
+  packages that depend on them for the hook, the runtime or the CLI (nvidia-docker2, which
+  only adds Docker's daemon.json) are satisfied by nvhook, which implements their v1.17.8
+  behaviour. Not nvidia-container-toolkit-base: nvhook has no nvidia-ctk binary, and a
+  package that runs nvidia-ctk must not be told it is there.
+- libnvidia-container1 (the C library) shares no file with nvhook: no relation.
+"""
+
+from __future__ import annotations
+
+SUMMARY = "NVIDIA GPU support for Linux containers: OCI hook, runtime wrapper, CDI"
+NVIDIA_VERSION = "1.17.8"
+_CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+              "libnvidia-container-tools", "nvidia-container-runtime",
+              "nvidia-container-runtime-hook")
+DEPENDS = "python3 (>= 3.9), python3-prctl, python3-psutil, python3 (>= 3.11) | python3-tomli"
+
+
+def control(version: str, installed_size_kib: int) -> str:
+    provides = ", ".join(f"{p} (= {NVIDIA_VERSION})" for p in
+                         ("nvidia-container-toolkit", "libnvidia-container-tools"))
+    return f"""\
+Package: nvhook
+Version: {version}
+Architecture: all
+Maintainer: nvhook developers <nvhook@users.noreply.github.com>
+Installed-Size: {installed_size_kib}
+Depends: {DEPENDS}
+Suggests: podman | docker.io | containerd | cri-o
+Conflicts: {", ".join(_CONFLICTS)}
+Replaces: {", ".join(_CONFLICTS)}
+Provides: {provides}
+Section: admin
+Priority: optional
+Description: {SUMMARY}
+ nvhook gives containers NVIDIA GPUs: an OCI prestart hook (installed under NVIDIA's name,
+ nvidia-container-runtime-hook), a runc wrapper (nvidia-container-runtime), an
+ nvidia-container-cli drop-in, CDI spec generation and `nvhook runtime configure` for
+ Docker, containerd, CRI-O and Podman. It reads NVIDIA's config.toml and environment
+ variables (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, ...) with the semantics of
+ the NVIDIA Container Toolkit {NVIDIA_VERSION}, in Python, resolving every container path
+ through file descriptors.
+"""
+
+
+POSTINST = """\
+#!/bin/sh
+set -e
+if [ "$1" = configure ] && command -v py3compile >/dev/null 2>&1; then
+    py3compile -p nvhook
+fi
+exit 0
+"""
+
+# Byte code (py3compile's, and any the interpreter wrote) goes before dpkg removes the sources.
+PRERM = """\
+#!/bin/sh
+set -e
+if command -v py3clean >/dev/null 2>&1; then
+    py3clean -p nvhook
+fi
+for d in /usr/lib/python3/dist-packages/nvhook /usr/lib/python3/dist-packages/nvmount; do
+    if [ -d "$d" ]; then
+        find "$d" -name __pycache__ -type d -prune -exec rm -rf {} +
+    fi
+done
+exit 0
+"""
+
+# The root-only caches (/run/nvhook) go with the package; the conffile stays until purge, as
+# Debian keeps every conffile (dpkg removes it on purge).
+POSTRM = """\
+#!/bin/sh
+set -e
+case "$1" in
+    remove|purge) rm -rf /run/nvhook ;;
+esac
+exit 0
+"""
+
+SCRIPTS = {"postinst": POSTINST, "prerm": PRERM, "postrm": POSTRM}
+
+COPYRIGHT = """\
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: nvhook
+Source: https://github.com/nvhook/nvhook
+
+Files: *
+Copyright: 2026 the nvhook developers
+License: Apache-2.0
+ Licensed under the Apache License, Version 2.0 (the "License"); you may not use this
+ software except in compliance with the License. You may obtain a copy of the License at
+ http://www.apache.org/licenses/LICENSE-2.0
+ .
+ On Debian systems, the full text of the Apache License, Version 2.0 can be found in
+ /usr/share/common-licenses/Apache-2.0.
+"""
+
+
+def changelog(version: str) -> str:
+    return (f"nvhook ({version}) unstable; urgency=medium\n\n"
+            "  * Package built by packaging/build-deb.\n\n"
+            " -- nvhook developers <nvhook@users.noreply.github.com>  "
+            "Tue, 24 Nov 2026 00:00:00 +0000\n")
