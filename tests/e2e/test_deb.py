@@ -138,6 +138,30 @@ def test_dry_run_and_doctor_in_the_installed_package(debian_root: Path,
     assert found["hook"]["level"] == "ok"  # /usr/bin/nvidia-container-runtime-hook is ours
 
 
+def test_kubernetes_installer_on_a_debian_host(deb: Path, debian_root: Path) -> None:
+    """packaging/image/install-on-host against the Debian root as the node's file system:
+    installs the package with the host's apt-get, the volume-mounts strategy, the containerd
+    drop-in, no restart."""
+    script = REPO / "packaging/image/install-on-host"
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount -t proc proc "$HOST/proc" && mount --rbind /dev "$HOST/dev" && exec sh "$0"',
+         str(script)],
+        env={"HOST": str(debian_root), "NVHOOK_DEB_DIR": str(deb.parent), "ONESHOT": "true",
+             "DEVICE_LIST_STRATEGY": "volume-mounts", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = (debian_root / "etc/nvidia-container-runtime/config.toml").read_text()
+    assert "\naccept-nvidia-visible-devices-as-volume-mounts = true\n" in config
+    assert "\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in config
+    drop_in = (debian_root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
+    assert "/usr/bin/nvidia-container-runtime" in drop_in
+    assert "restart containerd on this node" in proc.stderr
+    assert "systemctl" not in proc.stderr
+    shutil.rmtree(debian_root / "var/cache/nvhook")  # the installer's, not the package's
+    shutil.rmtree(debian_root / "etc/containerd")
+
+
 def test_remove_and_purge_leave_nothing(debian_root: Path, sim_root: SimRoot) -> None:
     """Runs last in this module: it removes the package."""
     find = ("find / -xdev \\( -name '*nvhook*' -o -name '*nvidia*' \\) "
