@@ -73,7 +73,8 @@ def check_driver(config: HookConfig) -> tuple[DriverInventory | None, list[Findi
                      f"{inv.driver_version} (CUDA {inv.cuda_version}), {len(inv.gpus)} GPU(s)"
                      + (f": {', '.join(names)}" if names else ""),
                      "" if inv.gpus else "no GPU is visible to NVML: check `nvidia-smi`")
-    cache_text = {"current": "current", "refreshed": "was stale, rewritten",
+    cache_text = {"current": "current (container starts use it without NVML)",
+                  "refreshed": "refreshed (it was absent, or the driver changed since)",
                   "off": "off ([nvhook] cache-dir = \"\", or not root)"}.get(cache, cache)
     findings = [driver, Finding("inventory cache", "ok", cache_text)]
     if inv.warnings:
