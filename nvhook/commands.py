@@ -67,6 +67,12 @@ def _doctor() -> CommandMain:
     return main
 
 
+def _cdi() -> CommandMain:
+    from nvhook.cdi.cmd import main
+
+    return main
+
+
 def _runtime() -> CommandMain:
     from nvhook.configure.cmd import main
 
@@ -97,6 +103,7 @@ COMMANDS: dict[str, Command] = {
                        _runtime),
     "config": Command("check config.toml (check [--json]) or print the default one (default)",
                       _config),
+    "cdi": Command("CDI specs: generate, check [--refresh], list, and the spec's hooks", _cdi),
     "doctor": Command("check this host: driver, devices, cgroups, runtimes, config, caches",
                       _doctor),
 }

@@ -44,6 +44,8 @@ from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from nvmount._libc import Libc
     from nvmount.container.open import ContainerHandle
     from nvmount.discover.inventory import DriverInventory
@@ -191,8 +193,10 @@ def configure_container(
     *,
     faults: Faults | None = None,
     timer: PhaseTimer | None = None,
+    part: Callable[[MountPlan], MountPlan] | None = None,
 ) -> EngineResult:
-    """Configure the container whose init is `pid` (rootfs `rootfs`, as in the OCI spec)."""
+    """Configure the container whose init is `pid` (rootfs `rootfs`, as in the OCI spec).
+    `part` narrows the hook's plan to what one step applies (CDI hooks: `nvhook.cdi.hooks`)."""
     from nvmount import privileges as P
 
     faults = faults or Faults()
@@ -211,6 +215,7 @@ def configure_container(
             handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
         with timer.phase("plan"):
             plan = hook_plan(make_plan(inventory, selection, request, handle, options), options)
+            plan = part(plan) if part is not None else plan
         effects = Run(handle, plan, options, libc, faults, timer, stack).execute()
     result = EngineResult(plan, inventory, effects.applied, effects.cgroup, effects.ldconfig,
                           (*plan.warnings, *effects.warnings), dict(timer.phases_ms),

@@ -135,6 +135,8 @@ class Run:
     def _ldcache(self, procfs: ProcFs) -> tuple[LdconfigResult | None, str]:
         """Update the container's ld.so.cache: written by the hook (`ldcache = "write"`, the
         default) unless that falls back, else by the sandboxed host ldconfig."""
+        if not self.plan.ldconfig_dirs and not self.plan.ldcache_entries:
+            return None, "unchanged: no library directories"
         if self.options.ldcache_mode == "write" and self.root is not None:
             from nvmount.ldcache.write import Fallback
 

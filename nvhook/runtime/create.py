@@ -6,16 +6,18 @@ Stage: between runc's command line and runc. Reads config.json once; writes it a
    NVIDIA_VISIBLE_DEVICES, CUDA_VERSION, the configured swarm variables (and, when volume-mount
    device lists are accepted, `nvidia-container-devices`) and has no `\\u` escape cannot be a
    GPU container: it is passed on untouched, nothing more is imported.
-2. Otherwise the hook's own decision (`nvhook.request.derive_request`, on the same bytes, with
+2. CDI device names (in NVIDIA_VISIBLE_DEVICES, or `cdi.k8s.io/` annotations): their edits
+   from the CDI spec dirs (`nvhook.cdi.resolve`), and nothing else.
+3. Otherwise the hook's own decision (`nvhook.request.derive_request`, on the same bytes, with
    the whole config file): no GPU request, nothing changes; its errors fail the create.
-3. A GPU container gets our prestart hook (`edit.add_prestart_hook`; kept if NVIDIA's or ours
+4. A GPU container gets our prestart hook (`edit.add_prestart_hook`; kept if NVIDIA's or ours
    is there) with an explicit env naming the config file the wrapper used, so the hook
    decides from the same file.
-4. With `[nvhook] runtime-mode = "spec"` the wrapper also plans the container (the engine's
+5. With `[nvhook] runtime-mode = "spec"` the wrapper also plans the container (the engine's
    dry run, on the container's rootfs) and writes the runtime's share into the spec
    (`spec.spec_entries`); the hook applies the rest. No driver found: legacy delivery, with a
    warning. Selection and requirement errors fail the create, as they would fail the hook.
-5. One atomic rewrite of config.json (`bundle.write_document`).
+6. One atomic rewrite of config.json (`bundle.write_document`).
 
 NVIDIA's wrapper adds its hook to every container; nvhook's only to GPU containers, so a
 non-GPU container's config.json is byte-for-byte what the caller wrote.
@@ -44,7 +46,7 @@ HOOK_FALLBACK = "/usr/bin/nvidia-container-runtime-hook"
 
 def may_want_gpus(data: bytes, settings: Settings) -> bool:
     """False only when config.json cannot ask for GPUs (step 1 of the module docstring)."""
-    needles = [b"NVIDIA_VISIBLE_DEVICES", b"CUDA_VERSION", b"\\u"]
+    needles = [b"NVIDIA_VISIBLE_DEVICES", b"CUDA_VERSION", b"\\u", b"cdi.k8s.io/"]
     needles += [name.encode("utf-8", "replace") for name in settings.swarm_variables()]
     if settings.volume_mounts:
         needles.append(b"nvidia-container-devices")
@@ -74,6 +76,9 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
 
     config = load_config(settings.path, environ)
     spec = parse_spec(bundle.path, bundle.data)
+    cdi = cdi_document(bundle, spec, config, log)
+    if cdi is not None:
+        return cdi
     request = _request(spec, config)
     if request is None:
         log.debug(f"{bundle.path}: not a GPU container: unchanged")
@@ -92,6 +97,24 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
         entries = plan_entries(request, resolve_rootfs(spec, bundle_dir), config, log)
         changed = _add_entries(doc, entries, log) or changed
     return doc if changed else None
+
+
+def cdi_document(bundle: BundleFile, spec: Any, config: HookConfig,
+                 log: RuntimeLog) -> dict[str, Any] | None:
+    """CDI mode (hook-spec 3.4): the document with the requested CDI devices' edits, or None
+    when the container names no CDI device (`nvhook.cdi.resolve`)."""
+    from nvhook.cdi.resolve import apply_devices, requested
+    from nvhook.device_lists import is_qualified_cdi_name
+
+    doc = decode_document(bundle)
+    annotations = doc.get("annotations")
+    names = requested(list(spec.env), annotations if isinstance(annotations, dict) else {},
+                      config.runtime.modes_cdi_annotation_prefixes, is_qualified_cdi_name)
+    if not names:
+        return None
+    used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs)
+    log.info(f"CDI devices {', '.join(names)}: edits of {', '.join(used)} applied")
+    return doc
 
 
 def _request(spec: Any, config: HookConfig) -> ContainerRequest | None:

@@ -54,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--force", action="store_true",
                         help="replace an earlier simulated root in DIR")
     create.add_argument("--json", action="store_true", help="print nvsim.json")
+    create.add_argument("--cdi-spec", metavar="PATH",
+                        help="also write the CDI spec of the simulated GPUs (nvhook cdi "
+                             "generate with the sim's config)")
+    create.add_argument("--cdi-hook-path", metavar="PATH",
+                        help="the nvhook launcher the spec's hooks run (default: nvhook on "
+                             "PATH, else /usr/bin/nvhook)")
     prestart = sub.add_parser("prestart", help="OCI prestart step: tmpfs on /proc/driver")
     prestart.add_argument("--with-nvidia-dir", action="store_true",
                           help="also create an empty /proc/driver/nvidia")
@@ -94,12 +100,26 @@ def _create(args: argparse.Namespace, opts: GlobalOptions) -> int:
     cache = os.path.join(cwd, args.build_cache) if args.build_cache else None
     sim = create_sim_root(os.path.join(cwd, args.dir), _spec(args), force=args.force,
                           cache_dir=cache)
+    if args.cdi_spec:
+        _write_cdi(sim, os.path.join(cwd, args.cdi_spec), args.cdi_hook_path)
     if args.json:
         with open(os.path.join(sim.path, "nvsim.json"), encoding="utf-8") as f:
             sys.stdout.write(f.read())
     else:
         sys.stdout.write(_summary(sim))
     return 0
+
+
+def _write_cdi(sim: SimRoot, path: str, hook_path: str | None) -> None:
+    import shutil
+
+    from nvhook.cdi.generate import DEFAULT_HOOK, format_of, host_spec, render, write_atomically
+    from nvhook.config_file import load_config
+
+    hook = hook_path or shutil.which("nvhook") or DEFAULT_HOOK
+    spec = host_spec(load_config(sim.config_path, {}), hook_path=hook)
+    write_atomically(path, render(spec, format_of(path, None)))
+    sys.stderr.write(f"nvhook sim: wrote the CDI spec {path} (hooks: {hook})\n")
 
 
 def _summary(sim: SimRoot) -> str:

@@ -186,12 +186,26 @@ def test_ldconfig_mode_checks_the_host_binary(tmp_path: Path) -> None:
     assert checks.check_ldcache(config).level == "ok"
 
 
-def test_cdi_spec_listed(tmp_path: Path) -> None:
-    config = config_from_document({"nvidia-container-runtime": {"modes": {"cdi": {
-        "spec-dirs": [str(tmp_path)]}}}}, "p")
-    assert host.check_cdi(config).level == "info"
+def test_cdi_spec_freshness(sim_root: SimRoot, tmp_path: Path) -> None:
+    document = {"nvidia-container-cli": {"root": sim_root.path},
+                "nvhook": {"proc-root": sim_root.proc_root},
+                "nvidia-container-runtime": {"modes": {"cdi": {"spec-dirs": [str(tmp_path)]}}}}
+    config = config_from_document(document, "p")
+    assert [f.level for f in host.check_cdi(config)] == ["info"]
+    from nvhook.cdi.generate import host_spec, render
+
+    spec = host_spec(config)
+    (tmp_path / "nvidia.yaml").write_text(render(spec, "yaml"))
+    assert [(f.level, f.message) for f in host.check_cdi(config)] == [
+        ("ok", f"{tmp_path}/nvidia.yaml: current")]
+    spec["devices"] = spec["devices"][2:]
+    (tmp_path / "nvidia.yaml").write_text(render(spec, "yaml"))
+    (finding,) = host.check_cdi(config)
+    assert finding.level == "warn" and "is stale: devices changed (gone: -; new: 0, GPU-" in (
+        finding.message)
+    assert finding.fix == "nvhook cdi check --refresh"
     (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\n")
-    assert host.check_cdi(config).message == f"{tmp_path}/nvidia.yaml"
+    assert host.check_cdi(config)[0].level == "warn"
 
 
 def test_persistence_without_the_daemon(sim_root_factory: SimRootFactory) -> None:
