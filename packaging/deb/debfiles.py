@@ -53,37 +53,51 @@ Description: {SUMMARY}
 """
 
 
-POSTINST = """\
+# The CDI refresh units are enabled where systemd runs (the service does nothing without a
+# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would.
+UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service"
+POSTINST = f"""\
 #!/bin/sh
 set -e
 if [ "$1" = configure ] && command -v py3compile >/dev/null 2>&1; then
     py3compile -p nvhook
 fi
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload || true
+    systemctl enable --now {UNITS} >/dev/null 2>&1 || true
+fi
 exit 0
 """
 
 # Byte code (py3compile's, and any the interpreter wrote) goes before dpkg removes the sources.
-PRERM = """\
+PRERM = f"""\
 #!/bin/sh
 set -e
+if [ -d /run/systemd/system ]; then
+    systemctl disable --now {UNITS} >/dev/null 2>&1 || true
+fi
 if command -v py3clean >/dev/null 2>&1; then
     py3clean -p nvhook
 fi
 for d in /usr/lib/python3/dist-packages/nvhook /usr/lib/python3/dist-packages/nvmount; do
     if [ -d "$d" ]; then
-        find "$d" -name __pycache__ -type d -prune -exec rm -rf {} +
+        find "$d" -name __pycache__ -type d -prune -exec rm -rf {{}} +
     fi
 done
 exit 0
 """
 
-# The root-only caches (/run/nvhook) go with the package; the conffile stays until purge, as
-# Debian keeps every conffile (dpkg removes it on purge).
+# The root-only caches (/run/nvhook) and the spec the refresh unit wrote go with the package;
+# the conffile stays until purge, as Debian keeps every conffile (dpkg removes it on purge).
 POSTRM = """\
 #!/bin/sh
 set -e
 case "$1" in
-    remove|purge) rm -rf /run/nvhook ;;
+    remove|purge)
+        rm -rf /run/nvhook
+        rm -f /var/run/cdi/nvidia.yaml
+        if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi
+        ;;
 esac
 exit 0
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,8 @@ def test_podman_cdi_all_and_by_uuid(cdi_podman: tuple[Podman, Path], client_rig:
 
 @pytest.mark.parametrize("how", ["env", "annotation"])
 def test_wrapper_resolves_cdi_requests(client_rig: ClientRig, gpu_install: GpuInstall,
-                                       tmp_path: Path, how: str) -> None:
+                                       tmp_path: Path, how: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime wrapper (runc) applies the spec's edits for `nvidia.com/gpu=2` named in
     NVIDIA_VISIBLE_DEVICES or in a cdi.k8s.io/ annotation, then runc runs the spec's hooks."""
     import json
@@ -100,24 +102,17 @@ def test_wrapper_resolves_cdi_requests(client_rig: ClientRig, gpu_install: GpuIn
                       + config.read_text())
     env = ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2"] if how == "env" else ["A=b"]
     if how == "annotation":
-        from nvhook.demo import bundle as demo_bundle
+        import tests.e2e.test_runtimes as runtimes
 
-        original = demo_bundle.container_spec
+        original = runtimes.container_spec
 
-        def annotated(*args: object, **kwargs: object) -> dict[str, object]:
-            doc = original(*args, **kwargs)  # type: ignore[arg-type]
+        def annotated(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            doc = original(*args, **kwargs)
             doc["annotations"] = {"cdi.k8s.io/nvidia-device-plugin_abc": "nvidia.com/gpu=2"}
             return doc
 
-        import tests.e2e.test_runtimes as runtimes
-
-        runtimes.container_spec = annotated  # type: ignore[assignment]
-        try:
-            proc, _, _ = wrapped_run(client_rig, gpu_install, tmp_path, config, env, PROBE)
-        finally:
-            runtimes.container_spec = original
-    else:
-        proc, _, _ = wrapped_run(client_rig, gpu_install, tmp_path, config, env, PROBE)
+        monkeypatch.setattr(runtimes, "container_spec", annotated)
+    proc, _, _ = wrapped_run(client_rig, gpu_install, tmp_path, config, env, PROBE)
     assert proc.returncode == 0, describe(proc)
     assert gpu_listing(proc.stdout) == gpu_install.expect([2]), describe(proc)
     received = json.loads(copy.read_text())

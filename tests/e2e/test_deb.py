@@ -94,7 +94,9 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./usr/share/containers/oci/hooks.d/oci-nvidia-hook.json",
             "./usr/lib/python3/dist-packages/nvhook/cli.py",
             "./usr/lib/python3/dist-packages/nvmount/engine.py",
-            "./usr/share/man/man1/nvhook.1.gz", "./usr/share/doc/nvhook/copyright"]:
+            "./usr/share/man/man1/nvhook.1.gz", "./usr/share/doc/nvhook/copyright",
+            "./lib/systemd/system/nvhook-cdi-refresh.service",
+            "./lib/systemd/system/nvhook-cdi-refresh.path"]:
         assert f" {path}" in listing, path
     assert "__pycache__" not in listing and ".pyc" not in listing
     conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True,

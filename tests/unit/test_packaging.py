@@ -112,3 +112,22 @@ def test_installer_refuses_bad_settings(tmp_path: Path) -> None:
                           env={"PATH": "/usr/bin:/bin", "NVHOOK_DRY_RUN": "1",
                                "NVHOOK_DEB_DIR": str(tmp_path)}, check=False)
     assert proc.returncode == 1 and "no nvhook_*_all.deb in" in proc.stderr
+
+
+def test_cdi_refresh_units() -> None:
+    """The service writes the spec where CDI runtimes look (/var/run/cdi, a default spec dir),
+    only with a driver; the path unit starts it when the driver changes."""
+    from nvhook.config import config_from_document
+
+    service = (REPO / "packaging/systemd/nvhook-cdi-refresh.service").read_text()
+    assert "ExecStart=/usr/bin/nvhook cdi generate --output /var/run/cdi/nvidia.yaml" in service
+    assert "ConditionPathExists=/dev/nvidiactl" in service and "Type=oneshot" in service
+    assert "/var/run/cdi" in config_from_document({}, None).runtime.modes_cdi_spec_dirs
+    path = (REPO / "packaging/systemd/nvhook-cdi-refresh.path").read_text()
+    assert "Unit=nvhook-cdi-refresh.service" in path
+    assert "PathChanged=/lib/modules/%v/modules.dep" in path
+    if subprocess.run(["which", "systemd-analyze"], capture_output=True).returncode == 0:
+        proc = subprocess.run(["systemd-analyze", "verify", "--man=no",
+                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.path")],
+                              capture_output=True, text=True, check=False, timeout=60)
+        assert "Unknown" not in proc.stderr and "syntax" not in proc.stderr, proc.stderr
