@@ -103,6 +103,7 @@ class NvhookConfig:
     # the driver root used when nvidia-container-cli.root names none and a driver container
     # (GPU Operator) has put its root here; "" turns the detection off
     driver_container_root: str = DRIVER_CONTAINER_ROOT
+    sys_root: str = "/sys"  # sysfs (the simulated driver has its own)
 
 
 @record
@@ -176,6 +177,7 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.mps-pipe-directory", "nvhook", "mps_pipe_directory", _STR),
     ("nvhook.test-faults", "nvhook", "test_faults", _BOOL),
     ("nvhook.driver-container-root", "nvhook", "driver_container_root", _STR),
+    ("nvhook.sys-root", "nvhook", "sys_root", _STR),
 )  # fmt: skip
 
 _GROUPS: dict[str, type[Any]] = {
@@ -260,7 +262,7 @@ def config_from_document(document: dict[str, Any], path: str | None) -> HookConf
     )
     _check_choice(groups["nvhook"], "ldcache", "nvhook.ldcache", LDCACHE_MODES, where)
     for attr in ("proc_root", "timing_log", "cache_dir", "mps_pipe_directory",
-                 "driver_container_root"):
+                 "driver_container_root", "sys_root"):
         _check_absolute(groups["nvhook"], attr, f"nvhook.{attr.replace('_', '-')}", where)
     _choose_root(groups["cli"], groups["nvhook"].get("driver_container_root",
                                                      DRIVER_CONTAINER_ROOT))

@@ -77,6 +77,8 @@ ldcache = "write"
 #ldconfig-required = false
 mps-pipe-directory = "/tmp/nvidia-mps"
 proc-root = "/proc"
+# sysfs, where the DRM nodes (/dev/dri) of each GPU are found by PCI bus id
+sys-root = "/sys"
 # "spec": the runtime wrapper puts devices and mounts into the OCI spec, the hook does the rest
 runtime-mode = "legacy"
 # append one line of phase timings per container start to this file

@@ -47,9 +47,8 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
     from nvmount.records import replace
 
     cfg = load_config(opts.config_path, os.environ)
-    if cfg.cli.load_kmods:
-        log.debug("load-kmods: kernel modules are not loaded by nvhook (use nvidia-modprobe)")
-    discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory)
+    discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory,
+                        sys_root=cfg.nvhook.sys_root)
     return discover_driver(cfg.cli.root or "/", cfg.cli.ldcache or "/etc/ld.so.cache",
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 
@@ -105,6 +104,7 @@ def info_json(inv: DriverInventory) -> dict[str, Any]:
             "model": g.model, "brand": g.brand, "architecture": g.architecture,
             "mig_devices": [{"index": m.index, "uuid": m.uuid, "gi": m.gi, "ci": m.ci,
                              "profile": m.profile} for m in g.mig_devices],
+            "dri_nodes": [n.container_path for n in g.dri_nodes],
         } for g in inv.gpus],
     }
 
@@ -146,6 +146,8 @@ def _list_parser() -> _Parser:
     p.add_argument("-b", "--binaries", action="store_true", help="list driver binaries")
     p.add_argument("-i", "--ipcs", action="store_true", help="list driver IPC paths")
     p.add_argument("-f", "--firmwares", action="store_true", help="list GSP firmware")
+    p.add_argument("-g", "--graphics", action="store_true",
+                   help="list graphics/display files (ICDs, Xorg modules) and DRM nodes")
     p.add_argument("--compat32", action="store_true", help="also list 32-bit libraries")
     p.add_argument("--mig-config", action="append", default=[], metavar="ID",
                    help="MIG devices to list config capabilities for (only 'all')")
@@ -165,9 +167,9 @@ def main_list(argv: list[str], opts: GlobalOptions) -> int:
 
     args = _list_parser().parse_args(argv)
     if not (args.device or args.libraries or args.binaries or args.ipcs or args.firmwares
-            or args.compat32 or args.mig_config or args.mig_monitor):
+            or args.compat32 or args.mig_config or args.mig_monitor or args.graphics):
         args.device, args.compat32 = ["all"], True
-        args.libraries = args.binaries = args.ipcs = args.firmwares = True
+        args.libraries = args.binaries = args.ipcs = args.firmwares = args.graphics = True
     channels = parse_imex_channels(",".join(args.imex_channel))
     inventory = _discover(opts, DiscoveryOptions(
         no_persistenced=args.no_persistenced, no_fabricmanager=args.no_fabricmanager,
@@ -199,6 +201,8 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
     if args.device:
         yield from (n.host_path for n in inv.control_nodes)
         yield from (g.node.host_path for g in sel.gpus)
+        if args.graphics:
+            yield from (n.host_path for g in sel.gpus for n in g.dri_nodes)
         if not (sel.mig_config or sel.mig_monitor):
             for m in sel.mig_devices:
                 for access, cap in ((m.gi_access, m.gi_cap), (m.ci_access, m.ci_cap)):
@@ -217,6 +221,8 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
         yield from (f.host_path for f in inv.libraries)
         if args.compat32:
             yield from (f.host_path for f in inv.libraries32)
+    if args.graphics:
+        yield from (f.host_path for f in inv.graphics)
     if args.ipcs:
         yield from (f.host_path for f in inv.ipc)
     if args.firmwares and not args.no_gsp_firmware:

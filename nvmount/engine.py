@@ -78,7 +78,8 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
     opts = discovery.DiscoveryOptions(no_persistenced=options.no_persistenced,
                                    no_fabricmanager=options.no_fabricmanager,
                                    no_gsp_firmware=options.no_gsp_firmware,
-                                   mps_pipe_dir=options.mps_pipe_dir, mig_minors=mig_minors)
+                                   mps_pipe_dir=options.mps_pipe_dir, mig_minors=mig_minors,
+                                   sys_root=options.sys_root)
     path_env = discovery.binary_search_path()
 
     def run() -> DriverInventory:
@@ -140,10 +141,25 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
         compat_mode=options.compat_mode, imex_channels=request.imex_channels,
         no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
     plan = plan_mounts(inventory, selection, request.capabilities, layout, plan_options)
+    _warn_missing_uvm(inventory, request, options)
     for warning in plan.warnings:  # discovery's own ("missing library ...") are routine
         log.log(DEBUG if warning in inventory.warnings else WARNING, "%s",
                 warning)
     return plan
+
+
+def _warn_missing_uvm(inventory: DriverInventory, request: EngineRequest,
+                      options: EngineOptions) -> None:
+    """CUDA needs /dev/nvidia-uvm: its absence is a warning, never silent (libnvc skips it)."""
+    from nvmount.capabilities import DriverCapability as Cap
+
+    if request.capabilities & (Cap.COMPUTE | Cap.VIDEO) and all(
+            n.container_path != "/dev/nvidia-uvm" for n in inventory.control_nodes):
+        hint = ("its major is not in /proc/devices: load the nvidia-uvm module" if
+                options.load_kmods else "set nvidia-container-cli.load-kmods = true, or run "
+                "nvidia-modprobe -u -c=0")
+        log.warning("/dev/nvidia-uvm is missing in %s: CUDA fails in the container (%s)",
+                    options.root, hint)
 
 
 def hook_plan(plan: MountPlan, options: EngineOptions) -> MountPlan:
@@ -206,6 +222,9 @@ def configure_container(
     from nvmount.ldcache.setting import resolve_ldconfig
 
     resolve_ldconfig(options.ldconfig)  # a refused setting fails before any change
+    if options.load_kmods:
+        with P.stage(P.Stage.KMODS):
+            _host_nodes(options, request)
     with timer.phase("inventory"), P.stage(P.Stage.INIT):
         inventory = discover(options, faults, mig_minors=needs_mig_minors(request))
         selection = select_and_check(inventory, request)
@@ -222,6 +241,15 @@ def configure_container(
                           effects.ldcache)
     write_timing(options, timer, pid, result)
     return result
+
+
+def _host_nodes(options: EngineOptions, request: EngineRequest) -> None:
+    """`load-kmods`: modules and missing host nodes before discovery (apply.host_nodes)."""
+    from nvmount.apply import host_nodes
+
+    host_nodes.load_modules(options.root, options.proc_root)
+    host_nodes.ensure_nodes(options.root, options.proc_root, request.imex_channels,
+                            create_imex=options.create_imex_channels)
 
 
 def _open_container(pid: int, rootfs: str, options: EngineOptions,

@@ -37,6 +37,9 @@ class EngineOptions:
     root: str = "/"  # driver root
     ldcache: str = "/etc/ld.so.cache"  # inside the driver root
     proc_root: str = "/proc"  # driver facts: /proc/devices, nvidia-caps (simulation: <sim>/proc)
+    sys_root: str = "/sys"  # sysfs: DRM nodes by PCI bus id (simulation: <sim>/sys)
+    load_kmods: bool = False  # create missing control/IMEX nodes, modprobe (apply.host_nodes)
+    create_imex_channels: bool = True  # not features.disable-imex-channel-creation
     host_proc: str = "/proc"  # the real procfs: the container's /proc/<pid>
     ldconfig: str = "@/sbin/ldconfig"
     ldconfig_required: bool = False

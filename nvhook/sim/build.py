@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from nvhook.errors import SimError
-from nvhook.sim import catalog, devices, procfs
+from nvhook.sim import catalog, devices, graphics, procfs
 from nvhook.sim.artifacts import install_artifacts, obtain_artifacts
 from nvhook.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvhook.sim.topology import build_gpus
@@ -65,6 +65,8 @@ def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = F
         nodes, real_nodes = devices.make_nodes(root, spec, gpus)
         procfs.write_proc(root, spec, gpus)
         ipc = devices.make_ipc(root) if spec.ipc else ()
+        graphics.write_graphics(root, spec.driver_version)  # after ldconfig: not cached
+        graphics.make_dri(root, gpus, real_nodes)
         _make_layout_links(root)
     except OSError as err:
         raise SimError(f"build simulated driver in {root}: {err.strerror or err} "
@@ -160,6 +162,7 @@ def _write_config(sim: SimRoot) -> None:
         f"ldcache = {_toml_str('/etc/ld.so.cache')}\n"
         "\n[nvhook]\n"
         f"proc-root = {_toml_str(sim.proc_root)}\n"
+        f"sys-root = {_toml_str(sim.path + '/sys')}\n"
         "sim-procfs = true  # the hook mounts the container's /proc/driver (no kernel module)\n"
     )
 

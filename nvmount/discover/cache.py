@@ -108,7 +108,7 @@ def cached_inventory(directory: str, key: tuple[object, ...], proc_root: str,
     return fresh, False
 
 
-_FORMAT = ("inventory", 1)
+_FORMAT = ("inventory", 2)
 
 
 # -- the stamp ------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def inventory_stamp(found: inv.DriverInventory, proc_root: str,
     """What `found` was derived from, as it is now (see the module docstring)."""
     paths = [os.path.join(found.root, "etc/ld.so.cache"), *watch]
     for group in (found.libraries, found.libraries32, found.binaries, found.firmware,
-                  found.ipc):
+                  found.ipc, found.graphics):
         paths.extend(f.host_path for f in group)
     paths.extend(n.host_path for n in _nodes(found))
     paths.extend(os.path.dirname(f.host_path) for f in found.firmware[:1])
@@ -139,6 +139,7 @@ def _nodes(found: inv.DriverInventory) -> list[inv.DeviceNode]:
     nodes += [n for n in (found.mig_config_cap, found.mig_monitor_cap) if n is not None]
     for gpu in found.gpus:
         nodes.append(gpu.node)
+        nodes += gpu.dri_nodes
         for mig in gpu.mig_devices:
             nodes += [n for n in (mig.gi_cap, mig.ci_cap) if n is not None]
     return nodes

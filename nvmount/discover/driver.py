@@ -15,15 +15,17 @@ lead discovery outside it. No subprocesses, no threads.
 from __future__ import annotations
 
 import os
+import posixpath
 
 from nvmount.discover import devices as dev
-from nvmount.discover import files
+from nvmount.discover import files, graphics
 from nvmount.discover.driver_root import DriverRoot
-from nvmount.discover.inventory import DriverInventory, FileKind
+from nvmount.discover.inventory import DriverFile, DriverInventory, FileKind, Gpu
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
 from nvmount.discover.options import DEFAULT_PATH, DiscoveryOptions, ipc_path_list
 from nvmount.errors import DriverError, strerror
 from nvmount.log import get_logger
+from nvmount.records import replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -93,6 +95,16 @@ def _nvml_path(droot: DriverRoot, ldcache: str, entries: tuple[LdcacheEntry, ...
         f"and ldcache)")
 
 
+def _graphics(droot: DriverRoot, gpus: tuple[Gpu, ...], libs: tuple[DriverFile, ...],
+              nvrm: str, opts: DiscoveryOptions,
+              warnings: list[str]) -> tuple[tuple[Gpu, ...], tuple[DriverFile, ...]]:
+    """The GPUs with their DRM nodes, and the graphics/display files (`discover.graphics`)."""
+    gpus = tuple(replace(g, dri_nodes=graphics.dri_nodes(droot, opts.sys_root, g.bus_id))
+                 for g in gpus)
+    lib_dir = posixpath.dirname(libs[0].container_path) if libs else ""
+    return gpus, graphics.find_graphics(droot, lib_dir, nvrm, warnings, opts.no_glvnd)
+
+
 def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
                arches: tuple[int, int | None], proc_root: str,
                facts: tuple[str, str, tuple[NvmlDevice, ...]], path_env: str | None,
@@ -114,7 +126,8 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
     ipc = files.find_ipc(droot, ipc_path_list(opts), warnings)
     caps_major = majors.get("nvidia-caps")
     imex_major = majors.get("nvidia-caps-imex-channels")
-    gpus = dev.build_gpus(droot, devices, caps_major, warnings)
+    gpus, extra = _graphics(droot, dev.build_gpus(droot, devices, caps_major, warnings), libs,
+                            nvrm, opts, warnings)
     mig_minors = dev.read_mig_minors(
         proc_root, [g.minor for g in gpus if g.mig_capable and opts.mig_minors])
     for w in warnings:
@@ -127,7 +140,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         mig_config_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/config", caps_major),
         mig_monitor_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/monitor", caps_major),
         mig_minors=mig_minors, imex_channels=dev.imex_channels(droot, imex_major),
-        warnings=tuple(warnings))
+        warnings=tuple(warnings), graphics=extra)
 
 
 def no_driver_reason(root: str, ldcache: str) -> str | None:

@@ -61,6 +61,9 @@ LIBRARY_GATES: tuple[tuple[tuple[str, ...], Cap], ...] = (
     (VIDEO_LIBS, Cap.VIDEO),
     (GRAPHICS_LIBS + GLVND_LIBS + COMPAT_LIBS, _GRAPHICS),
     (NGX_LIBS, Cap.NGX),
+    # not libnvc's: GBM loads the allocator (gbm/nvidia-drm_gbm.so links to it), so graphics
+    # and display get it too, as NVIDIA's current toolkit gives it (nvmount.plan.graphics)
+    (("libnvidia-allocator.so",), _GRAPHICS),
 )
 BINARY_GATES: tuple[tuple[tuple[str, ...], Cap], ...] = (
     (UTILITY_BINS, Cap.UTILITY),

@@ -25,10 +25,11 @@ class FileKind(Choice):
     BINARY: ClassVar[FileKind]
     FIRMWARE: ClassVar[FileKind]
     IPC: ClassVar[FileKind]
+    CONFIG: ClassVar[FileKind]
 
 
 members(FileKind, LIBRARY="library", LIBRARY32="library32", BINARY="binary",
-        FIRMWARE="firmware", IPC="ipc")
+        FIRMWARE="firmware", IPC="ipc", CONFIG="config")
 
 
 @record
@@ -85,6 +86,7 @@ class Gpu:
     mig_capable: bool = False
     mig_enabled: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
+    dri_nodes: tuple[DeviceNode, ...] = ()  # /dev/dri/card*, renderD* of this GPU (sysfs)
 
 
 @record
@@ -110,3 +112,7 @@ class DriverInventory:
     mig_minors: tuple[tuple[str, int], ...] = ()
     imex_channels: tuple[DeviceNode, ...] = ()  # channel nodes present on the host
     warnings: tuple[str, ...] = ()
+    # graphics and display files beyond libnvc's lists (`nvmount.discover.graphics`): ICD and
+    # vendor JSON files, nvoptix.bin, Xorg modules (kind CONFIG, at their container paths)
+    # and the EGL platform / Vulkan producer libraries (kind LIBRARY)
+    graphics: tuple[DriverFile, ...] = ()

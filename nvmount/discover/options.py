@@ -36,6 +36,7 @@ class DiscoveryOptions:
     mig_minors: bool = True
     machine: str | None = None  # None: this machine (selects the ld.so.cache ABI flags)
     nvml_timeout: float = 30.0  # seconds for the NVML helper process (nvml_worker)
+    sys_root: str = "/sys"  # sysfs: the DRM nodes of each GPU (simulation: <sim>/sys)
 
 
 def binary_search_path() -> str:
@@ -47,7 +48,8 @@ def discovery_key(root: str, ldcache: str, proc_root: str, opts: DiscoveryOption
                   path_env: str) -> tuple[object, ...]:
     """Everything a discovery depends on besides the files it finds (the cache key)."""
     machine = opts.machine or os.uname().machine
-    return (root, ldcache, proc_root, machine, path_env, tuple(p for p, _ in ipc_path_list(opts)),
+    return (root, ldcache, proc_root, opts.sys_root, machine, path_env,
+            tuple(p for p, _ in ipc_path_list(opts)),
             tuple((f, getattr(opts, f)) for f in ("no_glvnd", "no_uvm", "no_modeset", "no_mps",
                                                    "no_persistenced", "no_fabricmanager",
                                                    "no_gsp_firmware", "mig_minors")))

@@ -75,8 +75,12 @@ def plan_devices(
         gate = CONTROL_GATES.get(node.container_path, node.capabilities)
         if not gate or gate & capabilities:
             out.node(node, "device", gate)
+    graphics = DriverCapability.GRAPHICS | DriverCapability.DISPLAY
     for gpu in gpus:
         out.node(gpu.node, "gpu device", UNGATED)
+        if capabilities & graphics:  # the GPU's DRM nodes (/dev/dri/card*, renderD*)
+            for dri in gpu.dri_nodes:
+                out.node(dri, "dri device", graphics)
     if selection.mig_config or selection.mig_monitor:
         _plan_mig_all(inventory, selection, out)
     else:

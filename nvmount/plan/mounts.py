@@ -35,7 +35,9 @@ import posixpath
 
 from nvmount.bounds import MAX_DIGITS, parse_decimal
 from nvmount.capabilities import DriverCapability
+from nvmount.discover.inventory import FileKind
 from nvmount.plan.devices import plan_devices
+from nvmount.plan.graphics import plan_graphics_files, plan_graphics_links
 from nvmount.plan.procfs import plan_app_profile, plan_procfs
 from nvmount.plan.types import (
     RO_IPC,
@@ -82,6 +84,9 @@ def plan_mounts(
     entries += [bind for bind, _ in files]
     links = plan_links(files)
     entries += links
+    drawing = plan_graphics_files(inventory, capabilities)
+    entries += drawing
+    entries += plan_graphics_links([b for b, _ in files] + drawing, capabilities)
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)
     entries += binds
@@ -123,9 +128,10 @@ def _plan_files(
     layout: ContainerLayout,
 ) -> list[tuple[Bind, str]]:
     """Steps 3-5: binaries, libraries and (compat32) 32-bit libraries, flattened."""
+    extra = tuple(f for f in inventory.graphics if f.kind == FileKind.LIBRARY)
     groups: list[tuple[tuple[DriverFile, ...], str, str]] = [
         (inventory.binaries, layout.bins_dir, "binary"),
-        (inventory.libraries, layout.libs_dir, "library"),
+        (inventory.libraries + extra, layout.libs_dir, "library"),
     ]
     if DriverCapability.COMPAT32 in capabilities:
         groups.append((inventory.libraries32, layout.libs32_dir, "library32"))

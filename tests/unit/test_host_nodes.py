@@ -1,0 +1,85 @@
+"""`load-kmods` (nvmount.apply.host_nodes): missing control and IMEX channel nodes are created
+on a simulated host root from its /proc/devices majors, fd-safe, and nothing else changes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvhook.sim import SimRoot
+from nvmount.apply.host_nodes import ensure_nodes, load_modules
+from tests.fixtures.sim import SIM_DEFAULT_SPEC, SimRootFactory
+from tests.unit.test_cli import NVHOOK
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture
+def sim(sim_root_factory: SimRootFactory) -> SimRoot:
+    sim = sim_root_factory(SIM_DEFAULT_SPEC, private=True)
+    if not sim.real_device_nodes:
+        pytest.skip("needs mknod (root)")
+    return sim
+
+
+def _node(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    assert stat.S_ISCHR(st.st_mode)
+    return os.major(st.st_rdev), os.minor(st.st_rdev), st.st_mode & 0o777
+
+
+def test_missing_uvm_nodes_are_created(sim: SimRoot) -> None:
+    dev = Path(sim.path) / "dev"
+    before = {p.name: _node(p) for p in (dev / "nvidiactl", dev / "nvidia0")}
+    (dev / "nvidia-uvm").unlink()
+    (dev / "nvidia-uvm-tools").unlink()
+    made = ensure_nodes(sim.path, sim.proc_root)
+    assert made == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    uvm = dict(sim.majors)["nvidia-uvm"]
+    assert _node(dev / "nvidia-uvm") == (uvm, 0, 0o666)
+    assert _node(dev / "nvidia-uvm-tools") == (uvm, 1, 0o666)
+    assert {p.name: _node(p) for p in (dev / "nvidiactl", dev / "nvidia0")} == before
+    assert ensure_nodes(sim.path, sim.proc_root) == []  # nothing missing: nothing made
+
+
+def test_existing_entries_are_left_alone(sim: SimRoot) -> None:
+    dev = Path(sim.path) / "dev"
+    (dev / "nvidia-uvm").unlink()
+    (dev / "nvidia-uvm").symlink_to("/etc/passwd")  # whatever is there stays
+    assert "/dev/nvidia-uvm" not in ensure_nodes(sim.path, sim.proc_root)
+    assert os.readlink(dev / "nvidia-uvm") == "/etc/passwd"
+
+
+def test_imex_channels_on_request_unless_disabled(sim: SimRoot) -> None:
+    imex = Path(sim.path) / "dev" / "nvidia-caps-imex-channels"
+    major = dict(sim.majors)["nvidia-caps-imex-channels"]
+    assert ensure_nodes(sim.path, sim.proc_root, (3,), create_imex=False) == []
+    assert not (imex / "channel3").exists()
+    assert ensure_nodes(sim.path, sim.proc_root, (3, 5000)) == [
+        "/dev/nvidia-caps-imex-channels/channel3"]  # 5000: beyond the driver's channels
+    assert _node(imex / "channel3") == (major, 3, 0o666)
+
+
+def test_no_modprobe_for_a_simulated_root(sim: SimRoot) -> None:
+    assert load_modules(sim.path, sim.proc_root) is False  # only on the real host
+
+
+def test_a_gpu_start_recreates_uvm_and_a_dry_run_warns(sim: SimRoot, tmp_path: Path) -> None:
+    """Through the hook: the dry run changes nothing and warns; `nvhook info` (discovery)
+    does not create nodes either; the hook's own run is in tests/e2e/test_graphics.py."""
+    (Path(sim.path) / "dev" / "nvidia-uvm").unlink()
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text(
+        '{"ociVersion": "1.0.2", "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0", '
+        '"NVIDIA_DRIVER_CAPABILITIES=compute"]}, "root": {"path": "rootfs"}}')
+    proc = subprocess.run([*NVHOOK, "--config", sim.config_path, "prestart", "--dry-run"],
+                          input=f'{{"pid": 0, "bundle": "{bundle}"}}', capture_output=True,
+                          text=True, check=False, timeout=60, cwd=bundle)
+    assert proc.returncode == 0, proc.stderr
+    assert "/dev/nvidia-uvm is missing" in proc.stderr and "CUDA fails" in proc.stderr
+    assert not (Path(sim.path) / "dev" / "nvidia-uvm").exists()
