@@ -225,4 +225,39 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "main config and drop-ins without `runtime_type` are NVIDIA bugs users hit "
         "(painpoints 7)",
     ),
+    (
+        "Graphics: no non-GLVND GL libraries",
+        "with GLVND (the default) the driver's libGL, libEGL, libGLESv1_CM and "
+        "libGLESv2.so.<version> are not mounted; the GLVND libraries, ICD and vendor files "
+        "are",
+        "NVIDIA's CDI spec mounts them next to the GLVND ones: ldconfig (its update-ldcache "
+        "hook, or any later run in the container) then points libGL.so.1 at NVIDIA's legacy "
+        "libGL and the image's GLVND dispatcher is replaced; libnvc mounts them only with "
+        "no-glvnd, as nvhook does",
+    ),
+    (
+        "Graphics: the allocator",
+        "libnvidia-allocator (a compute library in libnvc's lists) is also mounted for "
+        "graphics and display, with the gbm/nvidia-drm_gbm.so link to it",
+        "GBM loads it through that link; NVIDIA's current toolkit gives it to graphics too",
+    ),
+    (
+        "CDI: the procfs view and hook stage",
+        "a generated spec's hooks are nvhook's own (`nvhook cdi hook "
+        "create-symlinks|update-ldcache|procfs`) at `createRuntime`; `procfs` narrows "
+        "/proc/driver/nvidia to the container's GPUs; the spec carries a stamp (driver "
+        "version, majors, file digest) in its hooks' environment",
+        "NVIDIA's CDI spec leaves every GPU of the host visible in /proc/driver/nvidia; "
+        "createRuntime hooks see the state a prestart hook sees (the container's host pid), "
+        "which the fd-safe engine needs; cdiVersion 0.5.0 (Podman 4.3) has no annotations to "
+        "hold the stamp",
+    ),
+    (
+        "load-kmods",
+        "the hook creates missing control and requested IMEX channel nodes itself from "
+        "/proc/devices (mode 0666, fd-safe) and runs the host's modprobe only on the real "
+        "host; a compute request without /dev/nvidia-uvm warns",
+        "libnvc delegates to the nvidia-modprobe setuid binary and silently leaves a missing "
+        "uvm node out",
+    ),
 )

@@ -201,7 +201,7 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
     if args.device:
         yield from (n.host_path for n in inv.control_nodes)
         yield from (g.node.host_path for g in sel.gpus)
-        if args.graphics:
+        if getattr(args, "graphics", False):  # (not the nvidia-container-cli drop-in's)
             yield from (n.host_path for g in sel.gpus for n in g.dri_nodes)
         if not (sel.mig_config or sel.mig_monitor):
             for m in sel.mig_devices:
@@ -221,7 +221,7 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
         yield from (f.host_path for f in inv.libraries)
         if args.compat32:
             yield from (f.host_path for f in inv.libraries32)
-    if args.graphics:
+    if getattr(args, "graphics", False):
         yield from (f.host_path for f in inv.graphics)
     if args.ipcs:
         yield from (f.host_path for f in inv.ipc)

@@ -21,12 +21,13 @@ class LibrarySpec:
     source: str = "stub"  # stub | tls | nvml | cuda
     needs: tuple[str, ...] = ()  # names whose SONAME this library DT_NEEDs
     dev_link: bool = False  # the installer's unversioned "libX.so" link (to the real file)
+    file_version: str = ""  # the file's own version ("1.1.1"), else the driver's
 
     def soname(self, version: str) -> str:
         return f"{self.name}.{version if self.soname_suffix == V else self.soname_suffix}"
 
     def file_name(self, version: str) -> str:
-        return f"{self.name}.{version}"
+        return f"{self.name}.{self.file_version or version}"
 
 
 LIBRARIES: tuple[LibrarySpec, ...] = (
@@ -77,6 +78,11 @@ LIBRARIES: tuple[LibrarySpec, ...] = (
     LibrarySpec("libGLESv2.so", "2", "graphics-compat", True, needs=("libnvidia-eglcore.so",)),
     # ngx
     LibrarySpec("libnvidia-ngx.so", "1", "ngx", False),
+    # beyond libnvc's lists (NVIDIA's toolkit finds them by name: nvmount.discover.graphics)
+    LibrarySpec("libnvidia-egl-gbm.so", "1", "graphics-extra", False, file_version="1.1.1"),
+    LibrarySpec("libnvidia-egl-wayland.so", "1", "graphics-extra", False,
+                file_version="1.1.13"),
+    LibrarySpec("libnvidia-vulkan-producer.so", V, "graphics-extra", False),
 )
 
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"

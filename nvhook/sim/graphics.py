@@ -2,8 +2,8 @@
 nvoptix.bin, the Xorg configuration and modules, the EGL platform and Vulkan producer
 libraries, and per GPU its DRM nodes (/dev/dri/card<i>, renderD<128+i>, major 226) with the
 sysfs entries that tie them to the GPU's PCI bus id (<root>/sys/bus/pci/devices/<bus>/drm).
-Written after the sim's ld.so.cache, as copies of a stub library (their SONAMEs are not
-looked up: nvhook finds them by name, as NVIDIA's toolkit does)."""
+The Xorg modules are copies of a stub library (X loads them by path); the EGL platform and
+Vulkan producer libraries are built with the others (catalog group "graphics-extra")."""
 
 from __future__ import annotations
 
@@ -39,8 +39,6 @@ TEXT_FILES = {
 }
 XORG = ("/usr/lib/xorg/modules/drivers/nvidia_drv.so",
         "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{v}")
-EXTRA_LIBS = ("libnvidia-egl-gbm.so.1.1.1", "libnvidia-egl-wayland.so.1.1.13",
-              "libnvidia-vulkan-producer.so.{v}")
 
 
 def write_graphics(root: Path, version: str) -> list[str]:
@@ -53,9 +51,7 @@ def write_graphics(root: Path, version: str) -> list[str]:
         _write(root, rel, text)
         written.append(rel)
     stub = root / catalog.LIB_DIR.lstrip("/") / f"libnvidia-glsi.so.{version}"
-    targets = [rel.format(v=version) for rel in XORG]
-    targets += [f"{catalog.LIB_DIR}/{name.format(v=version)}" for name in EXTRA_LIBS]
-    for rel in targets:
+    for rel in [rel.format(v=version) for rel in XORG]:  # not in a library dir
         path = root / rel.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(stub, path)

@@ -34,9 +34,18 @@ MODPROBE = ("/sbin/modprobe", "/usr/sbin/modprobe")
 
 
 def read_majors(proc_root: str) -> dict[str, int]:
-    from nvmount.discover.devices import read_char_majors
-
-    majors = read_char_majors(proc_root)
+    """{name: major} of the character devices in <proc_root>/devices (no `re`: the hook's
+    common path runs this)."""
+    majors: dict[str, int] = {}
+    try:
+        with open(os.path.join(proc_root, "devices"), "rb") as stream:
+            text = stream.read(1 << 16).decode("ascii", "replace")
+    except OSError:
+        return majors
+    for line in text.split("Block devices:")[0].splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0].isdigit() and len(fields[0]) <= 4:
+            majors.setdefault(fields[1], int(fields[0]))
     majors.setdefault("nvidia-frontend", majors.get("nvidia", NV_MAJOR))
     return majors
 

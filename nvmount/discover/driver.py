@@ -102,7 +102,7 @@ def _graphics(droot: DriverRoot, gpus: tuple[Gpu, ...], libs: tuple[DriverFile, 
     gpus = tuple(replace(g, dri_nodes=graphics.dri_nodes(droot, opts.sys_root, g.bus_id))
                  for g in gpus)
     lib_dir = posixpath.dirname(libs[0].container_path) if libs else ""
-    return gpus, graphics.find_graphics(droot, lib_dir, nvrm, warnings, opts.no_glvnd)
+    return gpus, graphics.find_graphics(droot, lib_dir, nvrm, warnings)
 
 
 def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],

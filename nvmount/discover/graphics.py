@@ -48,15 +48,16 @@ OPENCL = "/etc/OpenCL/vendors/nvidia.icd"
 XORG_MODULES = ("nvidia_drv.so", "libglxserver_nvidia.so.{v}")
 EXTRA_LIBS = ("libnvidia-egl-gbm.so.*.*", "libnvidia-egl-wayland.so.*.*",
               "libnvidia-vulkan-producer.so.{v}")
-# The driver's non-GLVND libGL/libEGL/libGLES (libnvc mounts them only without GLVND): NVIDIA's
-# CDI spec mounts them too. As CONFIG files: mounted, but no SONAME link and no ld.so.cache
-# entry, so the image's GLVND libGL.so.1 keeps resolving as before.
-COMPAT_LIBS = ("libGL.so.{v}", "libEGL.so.{v}", "libGLESv1_CM.so.{v}", "libGLESv2.so.{v}")
+# Not mounted (a deviation from NVIDIA's CDI spec, which mounts them): the driver's non-GLVND
+# libGL/libEGL/libGLES.so.<version> next to the GLVND ones. Once in the library directory,
+# ldconfig (NVIDIA's update-ldcache hook, or a later ldconfig in the container) makes
+# libGL.so.1 -> libGL.so.<version> and the image's GLVND dispatcher is replaced. libnvc mounts
+# them only with no-glvnd, as nvhook does (they are then the libraries of the graphics gate).
 MAX_DIR_ENTRIES = 4096
 
 
-def find_graphics(root: DriverRoot, lib_dir: str, nvrm: str, warnings: list[str],
-                  no_glvnd: bool = False) -> tuple[DriverFile, ...]:
+def find_graphics(root: DriverRoot, lib_dir: str, nvrm: str,
+                  warnings: list[str]) -> tuple[DriverFile, ...]:
     """Every graphics/display file of the module docstring found in the driver root;
     `lib_dir` is the driver root path of the 64-bit driver libraries ("" when unknown)."""
     out: list[DriverFile] = []
@@ -76,11 +77,6 @@ def find_graphics(root: DriverRoot, lib_dir: str, nvrm: str, warnings: list[str]
             out.append(_file(root, found, found, Cap.DISPLAY))
         else:
             warnings.append(f"missing xorg module {name.format(v=nvrm)}")
-    if lib_dir and not no_glvnd:
-        for name in COMPAT_LIBS:
-            path = f"{lib_dir}/{name.format(v=nvrm)}"
-            if _exists(root, path):
-                out.append(_file(root, path, path, GRAPHICS))
     if lib_dir:
         for pattern in EXTRA_LIBS:
             for name in _matching(root, lib_dir, pattern.format(v=nvrm)):

@@ -86,7 +86,8 @@ def plan_mounts(
     entries += links
     drawing = plan_graphics_files(inventory, capabilities)
     entries += drawing
-    entries += plan_graphics_links([b for b, _ in files] + drawing, capabilities)
+    extra_links = plan_graphics_links([b for b, _ in files] + drawing, capabilities)
+    entries += extra_links
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)
     entries += binds
@@ -105,7 +106,7 @@ def plan_mounts(
         driver_version=inventory.driver_version,
         cuda_version=inventory.cuda_version,
         driver_root=inventory.root,
-        ldcache_entries=ldcache_entries(files, links),
+        ldcache_entries=ldcache_entries(files, [*links, *extra_links]),
     )
 
 

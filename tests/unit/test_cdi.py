@@ -86,14 +86,16 @@ def test_spec_for_8_gpus_is_valid_and_the_plan(sim_root: SimRoot) -> None:
                   for n in spec["containerEdits"]["deviceNodes"]}
         mine = {(n["path"], (n["major"], n["minor"])) for n in
                 devices[str(gpu.index)]["deviceNodes"]}
-        assert mine == {(f"/dev/nvidia{gpu.minor}", (195, gpu.minor))}
+        assert mine == {(f"/dev/nvidia{gpu.minor}", (195, gpu.minor)),
+                        (f"/dev/dri/card{gpu.index}", (226, gpu.index)),
+                        (f"/dev/dri/renderD{128 + gpu.index}", (226, 128 + gpu.index))}
         assert common | mine == nodes  # the plan's nodes, no more, no less
         binds = {(b.source, b.target) for b in plan.entries
                  if getattr(b, "what", "") in ("binary", "library", "library32", "firmware",
-                                                "ipc")}
+                                                "ipc", "graphics")}
         assert {(m["hostPath"], m["containerPath"])
                 for m in spec["containerEdits"]["mounts"]} == binds
-    assert len(devices["all"]["deviceNodes"]) == 8
+    assert len(devices["all"]["deviceNodes"]) == 8 * 3  # /dev/nvidiaN, cardN, renderD
     mounts = spec["containerEdits"]["mounts"]
     assert all(m["options"] == ["ro", "nosuid", "nodev", "bind"] for m in mounts
                if m["containerPath"].startswith("/usr/lib"))

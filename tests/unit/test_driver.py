@@ -97,7 +97,9 @@ def test_library_set_per_capability(inv: DriverInventory, sim_root: SimRoot, cap
     for found, sims in ((inv.libraries, sim_root.libraries),
                         (inv.libraries32, sim_root.libraries32)):
         got = {f.container_path for f in found if wanted(f.capabilities, cap)}
-        assert got == {s.path_rel for s in sims if s.group in GROUPS[cap]}
+        gbm = {s.path_rel for s in sims if s.name == "libnvidia-allocator.so"} if cap in (
+            Cap.GRAPHICS, Cap.DISPLAY) else set()  # GBM's allocator: nvmount.plan.graphics
+        assert got == {s.path_rel for s in sims if s.group in GROUPS[cap]} | gbm
 
 
 def test_libraries_are_real_versioned_files_with_sonames(inv: DriverInventory,
@@ -121,7 +123,8 @@ def test_missing_library_warnings(inv: DriverInventory, sim_root: SimRoot) -> No
     assert [w for w in inv.warnings if w.startswith("missing library")] == [
         "missing library libnvidia-gpucomp.so"]
     no32 = {s.name for s in sim_root.libraries} - {s.name for s in sim_root.libraries32}
-    no32 -= {s.name for s in sim_root.libraries if s.group == "graphics-compat"}
+    no32 -= {s.name for s in sim_root.libraries
+             if s.group in ("graphics-compat", "graphics-extra")}
     missing32 = {w.rsplit(" ", 1)[1] for w in inv.warnings
                  if w.startswith("missing compat32 library")}
     assert missing32 == no32 | {"libnvidia-gpucomp.so"}

@@ -56,12 +56,15 @@ def test_info_json(sim_mig_root: SimRoot) -> None:
     doc = json.loads(_ok(nvhook(sim_mig_root, "info", "--json")))
     assert (doc["driver_version"], doc["cuda_version"]) == (sim_mig_root.driver_version, "12.4")
     assert [set(g) for g in doc["gpus"]] == [{
-        "index", "minor", "uuid", "bus_id", "model", "brand", "architecture", "mig_devices"}] * 8
+        "index", "minor", "uuid", "bus_id", "model", "brand", "architecture", "mig_devices",
+        "dri_nodes"}] * 8
     for got, sim in zip_strict(doc["gpus"], sim_mig_root.gpus):
         assert (got["index"], got["minor"], got["uuid"], got["bus_id"], got["model"],
                 got["brand"], got["architecture"]) == (
             sim.index, sim.minor, sim.uuid, sim.bus_id.lower(), sim.model, sim.brand,
             sim.architecture)
+        assert got["dri_nodes"] == [f"/dev/dri/card{sim.index}",
+                                    f"/dev/dri/renderD{128 + sim.index}"]
         assert got["mig_devices"] == [
             {"index": m.index, "uuid": m.uuid, "gi": m.gi, "ci": m.ci, "profile": m.profile}
             for m in sim.mig_devices]
@@ -79,6 +82,8 @@ def _expected_default_list(sim: SimRoot) -> list[str]:
     nodes = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"]
     out = [f"{root}/dev/{n}" for n in nodes]
     out += [f"{root}/dev/nvidia{g.minor}" for g in sim.gpus]
+    out += [f"{root}/dev/dri/{n}" for g in sim.gpus
+            for n in (f"card{g.index}", f"renderD{128 + g.index}")]
     out += [f.path for f in sim.binaries]
     groups = ("utility", "compute", "ngx", "video", "graphics", "graphics-glvnd")
     for libs in (sim.libraries, sim.libraries32):
@@ -87,9 +92,20 @@ def _expected_default_list(sim: SimRoot) -> list[str]:
     return out
 
 
+def _graphics_files(sim: SimRoot) -> set[str]:
+    from nvhook.sim import graphics
+
+    rels = [*graphics.ICD_FILES, *graphics.TEXT_FILES,
+            *(x.format(v=sim.driver_version) for x in graphics.XORG)]
+    libs = [f.path for f in sim.libraries if f.group == "graphics-extra"]
+    return {sim.path + r for r in rels} | set(libs)
+
+
 def test_list_everything(sim_root: SimRoot) -> None:
     lines = _ok(nvhook(sim_root, "list")).splitlines()
-    assert lines == _expected_default_list(sim_root)
+    drawing = _graphics_files(sim_root)
+    assert [x for x in lines if x not in drawing] == _expected_default_list(sim_root)
+    assert {x for x in lines if x in drawing} == drawing  # after the libraries (-g)
     assert all(os.path.isabs(p) and os.path.lexists(p) for p in lines)
 
 

@@ -324,7 +324,7 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
         rootfs = copy_rootfs(rootfs_cache.get(RootfsFlavor.GLIBC), top / "rootfs")
         before = listing(str(rootfs))
         entries, binds, rules = in_private_ns(_plan_as_nobody, sim, str(rootfs))
-        assert entries == 59 and binds == 45  # 8 GPUs, utility+compute, IPC on
+        assert entries == 60 and binds == 46  # 8 GPUs, utility+compute, IPC on
         assert rules[0] == "195:255" and len(rules) == 11
         assert listing(str(rootfs)) == before
     finally:

@@ -64,7 +64,7 @@ def test_every_library_has_its_real_soname(sim_root: SimRoot) -> None:
     expected = {lib.name: lib for lib in catalog.LIBRARIES}
     assert {f.name for f in sim_root.libraries} == set(expected)
     for f in sim_root.libraries:
-        assert f.path.endswith(f"/{f.name}.{version}")
+        assert f.path.endswith(f"/{expected[f.name].file_name(version)}")
         assert Path(f.path).is_file()
         assert dynamic(f.path)[0] == f.soname == expected[f.name].soname(version)
         assert "ELF64" in readelf("-h", f.path)
@@ -206,7 +206,8 @@ def test_config_and_inventory_json(sim_root: SimRoot) -> None:
     config = tomllib.loads(Path(sim_root.config_path).read_text())
     assert config == {
         "nvidia-container-cli": {"root": sim_root.path, "ldcache": "/etc/ld.so.cache"},
-        "nvhook": {"proc-root": f"{sim_root.path}/proc", "sim-procfs": True},
+        "nvhook": {"proc-root": f"{sim_root.path}/proc", "sys-root": f"{sim_root.path}/sys",
+                   "sim-procfs": True},
     }
     doc = json.loads((Path(sim_root.path) / "nvsim.json").read_text())
     assert doc["driver_version"] == "550.54.15" and doc["cuda_version"] == "12.4"
