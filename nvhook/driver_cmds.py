@@ -106,6 +106,8 @@ def info_json(inv: DriverInventory) -> dict[str, Any]:
                              "profile": m.profile} for m in g.mig_devices],
             "dri_nodes": [n.container_path for n in g.dri_nodes],
         } for g in inv.gpus],
+        "gated": {family: [n.container_path for f, n in inv.gated_nodes if f == family]
+                  for family in dict.fromkeys(f for f, _ in inv.gated_nodes)},
     }
 
 
@@ -223,6 +225,8 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
             yield from (f.host_path for f in inv.libraries32)
     if getattr(args, "graphics", False):
         yield from (f.host_path for f in inv.graphics)
+        yield from (n.host_path for _, n in inv.gated_nodes)  # NVIDIA_GDS=enabled, ...
+        yield from (f.host_path for _, f in inv.gated_files)
     if args.ipcs:
         yield from (f.host_path for f in inv.ipc)
     if args.firmwares and not args.no_gsp_firmware:

@@ -96,6 +96,7 @@ def engine_request(request: ContainerRequest) -> EngineRequest:
         mig_config=",".join(request.mig_config_devices) or None,
         mig_monitor=",".join(request.mig_monitor_devices) or None,
         imex_channels=tuple(imex_channel(v) for v in request.imex_channels),
+        features=request.features,
     )
 
 

@@ -74,6 +74,7 @@ class ContainerRequest:
     driver_capabilities: DriverCapability
     requirements: tuple[str, ...]
     disable_require: bool
+    features: tuple[str, ...] = ()  # gated device families: gds, mofed, nvswitch, gdrcopy
 
     def to_json(self) -> dict[str, object]:
         """The `request` object of `nvhook prestart --dry-run`."""
@@ -85,6 +86,7 @@ class ContainerRequest:
             "driver_capabilities": list(self.driver_capabilities.names()),
             "requirements": list(self.requirements),
             "disable_require": self.disable_require,
+            **({"features": list(self.features)} if self.features else {}),
         }
 
 
@@ -114,7 +116,18 @@ def derive_request(spec: Spec, config: HookConfig) -> ContainerRequest | None:
         driver_capabilities=capabilities,
         requirements=requirements,
         disable_require=disabled,
+        features=gated_features(env),
     )
+
+
+# NVIDIA_<NAME>=enabled turns a device family on (NVIDIA's gated modifiers, v1.17)
+GATED = (("NVIDIA_GDS", "gds"), ("NVIDIA_MOFED", "mofed"), ("NVIDIA_NVSWITCH", "nvswitch"),
+         ("NVIDIA_GDRCOPY", "gdrcopy"))
+
+
+def gated_features(env: dict[str, str]) -> tuple[str, ...]:
+    """The device families the image turns on (exactly "enabled", as NVIDIA compares)."""
+    return tuple(name for var, name in GATED if env.get(var) == "enabled")
 
 
 def parse_env(entries: Iterable[str]) -> dict[str, str]:

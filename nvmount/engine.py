@@ -139,6 +139,7 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
 
     plan_options = PlanOptions(
         compat_mode=options.compat_mode, imex_channels=request.imex_channels,
+        features=request.features,
         no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
     plan = plan_mounts(inventory, selection, request.capabilities, layout, plan_options)
     _warn_missing_uvm(inventory, request, options)

@@ -28,6 +28,7 @@ class EngineRequest:
     mig_config: str | None = None  # "all" or None
     mig_monitor: str | None = None
     imex_channels: tuple[int, ...] = ()
+    features: tuple[str, ...] = ()  # gated device families (nvmount.discover.gated)
 
 
 @record

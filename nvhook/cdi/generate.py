@@ -44,6 +44,8 @@ def host_spec(config: HookConfig, *, hook_path: str = DEFAULT_HOOK,
     devices += [S.Device(_names(f"{g.index}:{m.index}", m.uuid, "mig", strategy),
                          plan((f"{g.index}:{m.index}",)))
                 for g in inventory.gpus for m in g.mig_devices]
+    families = dict.fromkeys(f for f, _ in inventory.gated_nodes)  # NVIDIA_GDS=enabled ...
+    devices += [S.Device((family,), plan((), (family,))) for family in families]
     spec = S.build_spec(plan(()), devices, hook_path=hook_path, stamp="")
     majors = read_char_majors(options.proc_root)
     shown = {n: majors[n] for n in _MAJORS if n in majors}
@@ -71,8 +73,8 @@ def _planner(inventory: DriverInventory, where: _Layout, config: HookConfig,
     from nvmount.engine import make_plan, select_and_check
     from nvmount.engine_types import EngineRequest
 
-    def plan(devices: tuple[str, ...]) -> Any:
-        request = EngineRequest(devices=devices,
+    def plan(devices: tuple[str, ...], features: tuple[str, ...] = ()) -> Any:
+        request = EngineRequest(devices=devices, features=features,
                                 capabilities=config.supported_driver_capabilities)
         selection = select_and_check(inventory, request)
         return make_plan(inventory, selection, request, where, options)  # type: ignore[arg-type]

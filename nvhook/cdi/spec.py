@@ -32,6 +32,7 @@ KIND = "nvidia.com/gpu"
 STAMP_ENV = "NVHOOK_CDI_STAMP"
 HOOK_STAGE = "createRuntime"
 STRATEGIES = ("index", "uuid", "type-index")
+GATED_NAMES = ("gds", "mofed", "nvswitch", "gdrcopy")  # devices of the gated families
 _OPTIONS = ((MountFlag.RDONLY, "ro"), (MountFlag.NOSUID, "nosuid"), (MountFlag.NODEV, "nodev"),
             (MountFlag.NOEXEC, "noexec"))
 
@@ -88,8 +89,16 @@ def common_edits(plan: MountPlan, hook_path: str, stamp: str) -> dict[str, Any]:
 
 
 def device_edits(device: Device, common: MountPlan) -> dict[str, Any]:
+    """The device's nodes (and mounts: a gated family's files) beyond the common edits."""
     taken = {n.target for n in nodes(common)}
-    return {"deviceNodes": [device_node(n) for n in nodes(device.plan) if n.target not in taken]}
+    edits: dict[str, Any] = {
+        "deviceNodes": [device_node(n) for n in nodes(device.plan) if n.target not in taken]}
+    shared = {e.target for e in common.entries if isinstance(e, Bind)}
+    mounts = [mount(e) for e in device.plan.entries if isinstance(e, Bind)
+              and e.what == "gated" and e.target not in shared]
+    if mounts:
+        edits["mounts"] = mounts
+    return edits
 
 
 def build_spec(common: MountPlan, devices: list[Device], *, hook_path: str,
@@ -99,7 +108,7 @@ def build_spec(common: MountPlan, devices: list[Device], *, hook_path: str,
     everything: dict[str, dict[str, Any]] = {}
     for device in devices:
         edits = device_edits(device, common)
-        for node in edits["deviceNodes"]:
+        for node in edits["deviceNodes"] if device.names[0] not in GATED_NAMES else ():
             everything.setdefault(node["path"], node)
         entries += [{"name": name, "containerEdits": edits} for name in device.names]
     if devices:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from nvhook.errors import SimError
-from nvhook.sim import catalog, devices, graphics, procfs
+from nvhook.sim import catalog, devices, gated, graphics, procfs
 from nvhook.sim.artifacts import install_artifacts, obtain_artifacts
 from nvhook.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvhook.sim.topology import build_gpus
@@ -67,6 +67,8 @@ def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = F
         ipc = devices.make_ipc(root) if spec.ipc else ()
         graphics.write_graphics(root, spec.driver_version)  # after ldconfig: not cached
         graphics.make_dri(root, gpus, real_nodes)
+        if spec.gated:
+            gated.make_gated(root, real_nodes)
         _make_layout_links(root)
     except OSError as err:
         raise SimError(f"build simulated driver in {root}: {err.strerror or err} "

@@ -34,6 +34,7 @@ class SimSpec:
     ipc: bool = False  # persistenced/fabricmanager sockets and the MPS pipe dir
     compat32: bool = True  # 32-bit libraries (when `gcc -m32` works)
     imex_channels: int = 1  # /dev/nvidia-caps-imex-channels/channel0..N-1
+    gated: bool = False  # GDS, MOFED, NVSwitch and GDRCopy nodes and files (sim.gated)
 
 
 @record

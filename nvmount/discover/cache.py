@@ -117,7 +117,7 @@ def inventory_stamp(found: inv.DriverInventory, proc_root: str,
     """What `found` was derived from, as it is now (see the module docstring)."""
     paths = [os.path.join(found.root, "etc/ld.so.cache"), *watch]
     for group in (found.libraries, found.libraries32, found.binaries, found.firmware,
-                  found.ipc, found.graphics):
+                  found.ipc, found.graphics, tuple(f for _, f in found.gated_files)):
         paths.extend(f.host_path for f in group)
     paths.extend(n.host_path for n in _nodes(found))
     paths.extend(os.path.dirname(f.host_path) for f in found.firmware[:1])
@@ -142,7 +142,7 @@ def _nodes(found: inv.DriverInventory) -> list[inv.DeviceNode]:
         nodes += gpu.dri_nodes
         for mig in gpu.mig_devices:
             nodes += [n for n in (mig.gi_cap, mig.ci_cap) if n is not None]
-    return nodes
+    return nodes + [n for _, n in found.gated_nodes]
 
 
 def _stat(path: str) -> tuple[object, ...] | None:

@@ -20,6 +20,7 @@ import posixpath
 from nvmount.discover import devices as dev
 from nvmount.discover import files, graphics
 from nvmount.discover.driver_root import DriverRoot
+from nvmount.discover.gated import find_gated
 from nvmount.discover.inventory import DriverFile, DriverInventory, FileKind, Gpu
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
 from nvmount.discover.options import DEFAULT_PATH, DiscoveryOptions, ipc_path_list
@@ -126,6 +127,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
     ipc = files.find_ipc(droot, ipc_path_list(opts), warnings)
     caps_major = majors.get("nvidia-caps")
     imex_major = majors.get("nvidia-caps-imex-channels")
+    gated = find_gated(droot)
     gpus, extra = _graphics(droot, dev.build_gpus(droot, devices, caps_major, warnings), libs,
                             nvrm, opts, warnings)
     mig_minors = dev.read_mig_minors(
@@ -140,7 +142,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         mig_config_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/config", caps_major),
         mig_monitor_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/monitor", caps_major),
         mig_minors=mig_minors, imex_channels=dev.imex_channels(droot, imex_major),
-        warnings=tuple(warnings), graphics=extra)
+        warnings=tuple(warnings), graphics=extra, gated_nodes=gated[0], gated_files=gated[1])
 
 
 def no_driver_reason(root: str, ldcache: str) -> str | None:

@@ -116,3 +116,6 @@ class DriverInventory:
     # vendor JSON files, nvoptix.bin, Xorg modules (kind CONFIG, at their container paths)
     # and the EGL platform / Vulkan producer libraries (kind LIBRARY)
     graphics: tuple[DriverFile, ...] = ()
+    # feature-gated device families (`nvmount.discover.gated`): (family, node or file)
+    gated_nodes: tuple[tuple[str, DeviceNode], ...] = ()
+    gated_files: tuple[tuple[str, DriverFile], ...] = ()

@@ -60,7 +60,8 @@ def watched_paths(root: str, opts: DiscoveryOptions, path_env: str) -> tuple[str
     droot = DriverRoot(root)
     ipc = [droot.host(path) for path, _ in ipc_path_list(opts)]
     dirs = [droot.host(d) for d in path_env.split(":") if d.startswith("/")]
-    return tuple(ipc + dirs)
+    devs = [droot.host(d) for d in ("/dev", "/dev/infiniband")]  # gated families' nodes
+    return tuple(ipc + dirs + devs)
 
 
 def ipc_path_list(opts: DiscoveryOptions) -> tuple[tuple[str, Cap], ...]:

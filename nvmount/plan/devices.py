@@ -88,6 +88,9 @@ def plan_devices(
             _plan_mig_device(inventory, mig, out)
     for channel in options.imex_channels:
         out.node(_imex_node(inventory, channel), "imex channel", UNGATED)
+    for family, node in inventory.gated_nodes:  # NVIDIA_GDS=enabled and the like
+        if family in options.features:
+            out.node(node, f"{family} device", UNGATED)
     return tuple(out.binds), tuple(out.rules)
 
 

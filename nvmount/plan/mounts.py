@@ -91,6 +91,10 @@ def plan_mounts(
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)
     entries += binds
+    entries += [Bind(f.host_path, f.container_path,
+                     SourceKind.DIRECTORY if f.container_path == "/run/udev" else SourceKind.FILE,
+                     RO_IPC, "gated") for family, f in inventory.gated_files
+                if family in options.features]
     return MountPlan(
         entries=_dedupe_targets(entries, warnings),
         device_rules=() if options.no_cgroups else rules,

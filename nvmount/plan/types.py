@@ -170,5 +170,6 @@ class PlanOptions:
 
     compat_mode: CompatMode = CompatMode.LDCONFIG
     imex_channels: tuple[int, ...] = ()
+    features: tuple[str, ...] = ()  # gated device families the request turns on
     no_cgroups: bool = False  # plan no device rules
     proc_files: tuple[ProcFile, ...] = ()  # host params/version/registry, in that order

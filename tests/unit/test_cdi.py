@@ -232,3 +232,17 @@ def test_gpu_devices_from_the_spec_nodes(sim_mig_root: SimRoot) -> None:
                        ("/dev/a", mig.gi_cap.major, mig.gi_cap.minor),
                        ("/dev/b", mig.ci_cap.major, mig.ci_cap.minor)})
     assert gpu_devices(inventory, nodes) == ("3", "0:1")
+
+
+def test_gated_families_are_devices(sim_root_factory: SimRootFactory) -> None:
+    from nvhook.sim import SimSpec
+
+    sim = sim_root_factory(SimSpec(gpus=1, gated=True))
+    spec = host_spec(_config(sim))
+    validate(spec)
+    devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    assert [n["path"] for n in devices["gdrcopy"]["deviceNodes"]] == ["/dev/gdrdrv"]
+    assert {m["containerPath"] for m in devices["gds"]["mounts"]} == {"/etc/cufile.json",
+                                                                      "/run/udev"}
+    assert not any(n["path"].startswith("/dev/infiniband") for n in
+                   devices["all"]["deviceNodes"])  # `all` is the GPUs

@@ -659,3 +659,12 @@ def test_request_json_shape() -> None:
         "requirements": ["cuda>=12"],
         "disable_require": False,
     }
+
+
+def test_gated_features_need_exactly_enabled() -> None:
+    from nvhook.request import gated_features
+
+    env = {"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "Enabled", "NVIDIA_NVSWITCH": "true",
+           "NVIDIA_GDRCOPY": "enabled"}
+    assert gated_features(env) == ("gds", "gdrcopy")
+    assert gated_features({}) == ()
