@@ -131,6 +131,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
     compat_mode: nvidia-container-cli's flags) win over the config file."""
     import os
 
+    from nvhook.request import csv_mode
     from nvmount.engine_types import EngineOptions
     from nvmount.plan.types import CompatMode
 
@@ -154,6 +155,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
         limit_privileges=limit_privileges,
         sim_procfs=config.nvhook.sim_procfs,
         delivered=delivered,
+        csv_spec_dir=config.runtime.modes_csv_mount_spec_path if csv_mode(config) else "",
     )
 
 

@@ -299,11 +299,21 @@ def check_mode(
         return
     mode = config.runtime.mode
     if mode == "auto":
-        mode = "cdi" if only_cdi_devices(env, mount_entries, legacy) else "legacy"
+        mode = "cdi" if only_cdi_devices(env, mount_entries, legacy) else (
+            "csv" if csv_mode(config) else "legacy")
         log.info("Auto-detected mode as '%s'", mode)
     else:
         log.info("Using requested mode '%s'", mode)
-    if mode != "legacy":
+    if mode not in ("legacy", "csv"):  # csv: the engine reads the Tegra mount specs
         raise RequestError(MODE_ERROR)
+
+
+def csv_mode(config: HookConfig) -> bool:
+    """Tegra CSV mode: asked for, or `auto` on a driver root with /etc/nv_tegra_release."""
+    import os
+
+    mode = config.runtime.mode
+    return mode == "csv" or (mode == "auto" and os.path.isfile(
+        os.path.join(config.cli.root or "/", "etc/nv_tegra_release")))
 
 

@@ -72,7 +72,13 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
     a cache. `fresh` (nvhook info) always discovers and says whether the cache was "current".
 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
-    with mig-config or mig-monitor uses it (`needs_mig_minors`)."""
+    with mig-config or mig-monitor uses it (`needs_mig_minors`). With `options.csv_spec_dir`
+    the inventory is what the Tegra CSV files say (no NVML, no cache)."""
+    if options.csv_spec_dir:
+        from nvmount.discover.csv_backend import csv_inventory
+        from nvmount.discover.driver_root import DriverRoot
+
+        return csv_inventory(DriverRoot(options.root), options.csv_spec_dir), "off"
     from nvmount.discover import options as discovery
 
     opts = discovery.DiscoveryOptions(no_persistenced=options.no_persistenced,
@@ -112,9 +118,12 @@ def needs_mig_minors(request: EngineRequest) -> bool:
 
 
 def select_and_check(inventory: DriverInventory, request: EngineRequest) -> Selection:
-    """Device selection and NVIDIA_REQUIRE_* checks; raises before anything is changed."""
-    from nvmount.plan.selection import select_devices
+    """Device selection and NVIDIA_REQUIRE_* checks; raises before anything is changed. A CSV
+    inventory (Tegra) has no GPUs to select and no versions to check: everything it lists."""
+    from nvmount.plan.selection import Selection, select_devices
 
+    if not inventory.proc_driver_dir and not inventory.gpus:
+        return Selection()
     selection = select_devices(inventory.gpus, request.devices, mig_config=request.mig_config,
                                mig_monitor=request.mig_monitor)
     if request.requirements:
@@ -140,7 +149,8 @@ def make_plan(inventory: DriverInventory, selection: Selection, request: EngineR
     plan_options = PlanOptions(
         compat_mode=options.compat_mode, imex_channels=request.imex_channels,
         features=request.features,
-        no_cgroups=options.no_cgroups, proc_files=read_proc_files(inventory.proc_driver_dir))
+        no_cgroups=options.no_cgroups,
+        proc_files=read_proc_files(inventory.proc_driver_dir) if inventory.proc_driver_dir else ())
     plan = plan_mounts(inventory, selection, request.capabilities, layout, plan_options)
     _warn_missing_uvm(inventory, request, options)
     for warning in plan.warnings:  # discovery's own ("missing library ...") are routine
@@ -154,7 +164,7 @@ def _warn_missing_uvm(inventory: DriverInventory, request: EngineRequest,
     """CUDA needs /dev/nvidia-uvm: its absence is a warning, never silent (libnvc skips it)."""
     from nvmount.capabilities import DriverCapability as Cap
 
-    if request.capabilities & (Cap.COMPUTE | Cap.VIDEO) and all(
+    if inventory.proc_driver_dir and request.capabilities & (Cap.COMPUTE | Cap.VIDEO) and all(
             n.container_path != "/dev/nvidia-uvm" for n in inventory.control_nodes):
         hint = ("its major is not in /proc/devices: load the nvidia-uvm module" if
                 options.load_kmods else "set nvidia-container-cli.load-kmods = true, or run "
@@ -184,7 +194,8 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
     from nvmount.discover.driver import no_driver_reason
 
     with timer.phase("inventory"):
-        missing = no_driver_reason(options.root, options.ldcache)
+        missing = None if options.csv_spec_dir else no_driver_reason(options.root,
+                                                                     options.ldcache)
         if missing is not None:
             log.warning("no NVIDIA driver found: %s", missing)
             return None

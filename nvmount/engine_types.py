@@ -41,6 +41,7 @@ class EngineOptions:
     sys_root: str = "/sys"  # sysfs: DRM nodes by PCI bus id (simulation: <sim>/sys)
     load_kmods: bool = False  # create missing control/IMEX nodes, modprobe (apply.host_nodes)
     create_imex_channels: bool = True  # not features.disable-imex-channel-creation
+    csv_spec_dir: str = ""  # Tegra CSV mode: the mount specs (discover.csv_backend); "" = NVML
     host_proc: str = "/proc"  # the real procfs: the container's /proc/<pid>
     ldconfig: str = "@/sbin/ldconfig"
     ldconfig_required: bool = False

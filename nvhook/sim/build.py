@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from nvhook.errors import SimError
-from nvhook.sim import catalog, devices, gated, graphics, procfs
+from nvhook.sim import catalog, devices, gated, graphics, procfs, tegra
 from nvhook.sim.artifacts import install_artifacts, obtain_artifacts
 from nvhook.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvhook.sim.topology import build_gpus
@@ -69,6 +69,8 @@ def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = F
         graphics.make_dri(root, gpus, real_nodes)
         if spec.gated:
             gated.make_gated(root, real_nodes)
+        if spec.tegra:
+            tegra.make_tegra(root, spec.driver_version, real_nodes)
         _make_layout_links(root)
     except OSError as err:
         raise SimError(f"build simulated driver in {root}: {err.strerror or err} "
@@ -166,6 +168,9 @@ def _write_config(sim: SimRoot) -> None:
         f"proc-root = {_toml_str(sim.proc_root)}\n"
         f"sys-root = {_toml_str(sim.path + '/sys')}\n"
         "sim-procfs = true  # the hook mounts the container's /proc/driver (no kernel module)\n"
+        + ("\n[nvidia-container-runtime]\nmode = \"csv\"  # a Jetson: the L4T mount specs\n"
+           f"modes.csv.mount-spec-path = {_toml_str(sim.path + tegra.SPEC_DIR)}\n"
+           if sim.spec.tegra else "")
     )
 
 

@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--no-32bit", action="store_true", help="skip the 32-bit libraries")
     create.add_argument("--gated", action="store_true",
                         help="also GDS, MOFED, NVSwitch and GDRCopy devices (NVIDIA_GDS=...)")
+    create.add_argument("--tegra", action="store_true",
+                        help="a Jetson root: L4T mount specs for the CSV backend (mode csv)")
     create.add_argument("--build-cache", default=None, metavar="CACHE",
                         help="keep/reuse the compiled libraries and binaries in CACHE")
     create.add_argument("--force", action="store_true",
@@ -91,7 +93,7 @@ def _spec(args: argparse.Namespace) -> SimSpec:
         gpus=args.gpus, driver_version=args.driver_version, cuda_version=args.cuda_version,
         models=models, mig=parse_mig_spec(args.mig, args.gpus) if args.mig else (),
         minors=minors, ipc=args.ipc, compat32=not args.no_32bit,
-        imex_channels=args.imex_channels, gated=args.gated,
+        imex_channels=args.imex_channels, gated=args.gated, tegra=args.tegra,
     )
 
 

@@ -35,6 +35,7 @@ class SimSpec:
     compat32: bool = True  # 32-bit libraries (when `gcc -m32` works)
     imex_channels: int = 1  # /dev/nvidia-caps-imex-channels/channel0..N-1
     gated: bool = False  # GDS, MOFED, NVSwitch and GDRCopy nodes and files (sim.gated)
+    tegra: bool = False  # a Jetson root for the CSV backend, mode = "csv" (sim.tegra)
 
 
 @record

@@ -40,7 +40,11 @@ DRM_MAJOR = 226
 GRAPHICS = Cap.GRAPHICS | Cap.DISPLAY
 CONFIG_DIRS = ("/etc", "/usr/local/share", "/usr/share")
 CONFIGS = ("glvnd/egl_vendor.d/10_nvidia.json", "egl/egl_external_platform.d/15_nvidia_gbm.json",
-           "egl/egl_external_platform.d/10_nvidia_wayland.json", "nvidia/nvoptix.bin",
+           "egl/egl_external_platform.d/10_nvidia_wayland.json",
+           # newer drivers' platforms (NVIDIA's toolkit after 1.17 mounts them too)
+           "egl/egl_external_platform.d/09_nvidia_wayland2.json",
+           "egl/egl_external_platform.d/20_nvidia_xcb.json",
+           "egl/egl_external_platform.d/20_nvidia_xlib.json", "nvidia/nvoptix.bin",
            "X11/xorg.conf.d/10-nvidia.conf", "X11/xorg.conf.d/nvidia-drm-outputclass.conf")
 VULKAN = ("vulkan/icd.d/nvidia_icd.json", "vulkan/icd.d/nvidia_layers.json",
           "vulkan/implicit_layer.d/nvidia_layers.json")

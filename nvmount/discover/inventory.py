@@ -26,10 +26,11 @@ class FileKind(Choice):
     FIRMWARE: ClassVar[FileKind]
     IPC: ClassVar[FileKind]
     CONFIG: ClassVar[FileKind]
+    DIRECTORY: ClassVar[FileKind]
 
 
 members(FileKind, LIBRARY="library", LIBRARY32="library32", BINARY="binary",
-        FIRMWARE="firmware", IPC="ipc", CONFIG="config")
+        FIRMWARE="firmware", IPC="ipc", CONFIG="config", DIRECTORY="directory")
 
 
 @record
@@ -119,3 +120,4 @@ class DriverInventory:
     # feature-gated device families (`nvmount.discover.gated`): (family, node or file)
     gated_nodes: tuple[tuple[str, DeviceNode], ...] = ()
     gated_files: tuple[tuple[str, DriverFile], ...] = ()
+    links: tuple[tuple[str, str], ...] = ()  # CSV `sym` entries: (path, the host's link text)

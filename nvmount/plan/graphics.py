@@ -29,10 +29,12 @@ GRAPHICS = DriverCapability.GRAPHICS | DriverCapability.DISPLAY
 def plan_graphics_files(inventory: DriverInventory,
                         capabilities: DriverCapability) -> list[Bind]:
     """The CONFIG files whose gate the request meets, at their container paths."""
-    return [Bind(f.host_path, f.container_path, SourceKind.FILE, RO_LIB, "graphics",
+    return [Bind(f.host_path, f.container_path,
+                 SourceKind.DIRECTORY if f.kind == FileKind.DIRECTORY else SourceKind.FILE,
+                 RO_LIB, "graphics" if inventory.proc_driver_dir else "csv",
                  gate=f.capabilities)
             for f in inventory.graphics
-            if f.kind == FileKind.CONFIG and f.capabilities & capabilities]
+            if f.kind in (FileKind.CONFIG, FileKind.DIRECTORY) and f.capabilities & capabilities]
 
 
 def plan_graphics_links(planned: list[Bind], capabilities: DriverCapability) -> list[Symlink]:

@@ -78,7 +78,8 @@ def plan_mounts(
     gpus = selected_gpus(inventory, selection)
     warnings: list[str] = []
     entries: list[PlanEntry] = []
-    entries += plan_procfs(inventory, gpus, options.proc_files)
+    if inventory.proc_driver_dir:  # (a CSV inventory has no /proc/driver/nvidia)
+        entries += plan_procfs(inventory, gpus, options.proc_files)
     entries += plan_app_profile(gpus, capabilities, warnings)
     files = _plan_files(inventory, capabilities, layout)
     entries += [bind for bind, _ in files]
@@ -87,6 +88,7 @@ def plan_mounts(
     drawing = plan_graphics_files(inventory, capabilities)
     entries += drawing
     extra_links = plan_graphics_links([b for b, _ in files] + drawing, capabilities)
+    extra_links += [Symlink(path, text, "csv link") for path, text in inventory.links]
     entries += extra_links
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)
@@ -99,7 +101,9 @@ def plan_mounts(
         entries=_dedupe_targets(entries, warnings),
         device_rules=() if options.no_cgroups else rules,
         ldconfig_dirs=(*compat_dirs(inventory, capabilities, layout, options),
-                       layout.libs_dir, layout.libs32_dir),
+                       layout.libs_dir, layout.libs32_dir,
+                       *dict.fromkeys(posixpath.dirname(t) for _, t, _ in csv_entries(
+                           drawing, inventory))),
         libs_dir=layout.libs_dir,
         libs32_dir=layout.libs32_dir,
         bins_dir=layout.bins_dir,
@@ -110,8 +114,16 @@ def plan_mounts(
         driver_version=inventory.driver_version,
         cuda_version=inventory.cuda_version,
         driver_root=inventory.root,
-        ldcache_entries=ldcache_entries(files, [*links, *extra_links]),
+        ldcache_entries=ldcache_entries(files, [*links, *extra_links]) + csv_entries(drawing,
+                                                                                 inventory),
     )
+
+
+def csv_entries(drawing: list[Bind], inventory: DriverInventory) -> tuple[
+        tuple[str, str, bool], ...]:
+    """ld.so.cache entries of the CSV libraries planned (their own paths, SONAME keys)."""
+    sonames = {f.container_path: f.soname for f in inventory.graphics if f.soname}
+    return tuple((sonames[b.target], b.target, False) for b in drawing if b.target in sonames)
 
 
 def selected_gpus(inventory: DriverInventory, selection: Selection) -> tuple[Gpu, ...]:
