@@ -77,15 +77,15 @@ def main_info(argv: list[str], opts: GlobalOptions) -> int:
     args = parser.parse_args(argv)
     inventory, cache, origin = _discover_cached(opts)
     if args.json:
+        backend = {} if inventory.proc_driver_dir else {"backend_report": list(inventory.warnings)}
         doc = {**info_json(inventory), "driver_root": {"path": inventory.root, "from": origin},
-               **({} if inventory.proc_driver_dir else {"csv_report": list(inventory.warnings)}),
-               "inventory_cache": cache}
+               **backend, "inventory_cache": cache}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     elif args.csv:
         sys.stdout.write(info_csv(inventory))
     else:
-        report = "" if inventory.proc_driver_dir else "".join(  # the Tegra CSV backend's
-            _field("CSV", line) for line in inventory.warnings)
+        report = "" if inventory.proc_driver_dir else "".join(  # CSV or WSL backend
+            _field("Backend", line) for line in inventory.warnings)
         sys.stdout.write(info_text(inventory) + report + "\n" + _field("Driver root",
                                                              f"{inventory.root} ({origin})")
                          + _field("Inventory cache", _CACHE[cache]))

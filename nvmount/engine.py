@@ -79,6 +79,11 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
         from nvmount.discover.driver_root import DriverRoot
 
         return csv_inventory(DriverRoot(options.root), options.csv_spec_dir), "off"
+    if is_wsl(options.root):  # a WSL2 guest: the driver store behind /dev/dxg
+        from nvmount.discover.driver_root import DriverRoot
+        from nvmount.discover.wsl_backend import wsl_inventory
+
+        return wsl_inventory(DriverRoot(options.root)), "off"
     from nvmount.discover import options as discovery
 
     opts = discovery.DiscoveryOptions(no_persistenced=options.no_persistenced,
@@ -109,6 +114,16 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
         return cache.refresh(options.cache_dir, key, options.proc_root, watch, run)
     found, hit = cache.cached_inventory(options.cache_dir, key, options.proc_root, watch, run)
     return found, "hit" if hit else "refreshed"
+
+
+def is_wsl(root: str) -> bool:
+    """A driver root with the /dev/dxg character device is a WSL2 guest."""
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.stat(os.path.join(root, "dev/dxg")).st_mode)
+    except OSError:
+        return False
 
 
 def needs_mig_minors(request: EngineRequest) -> bool:
@@ -194,8 +209,8 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
     from nvmount.discover.driver import no_driver_reason
 
     with timer.phase("inventory"):
-        missing = None if options.csv_spec_dir else no_driver_reason(options.root,
-                                                                     options.ldcache)
+        missing = None if options.csv_spec_dir or is_wsl(options.root) else \
+            no_driver_reason(options.root, options.ldcache)
         if missing is not None:
             log.warning("no NVIDIA driver found: %s", missing)
             return None

@@ -111,11 +111,14 @@ def build_spec(common: MountPlan, devices: list[Device], *, hook_path: str,
         for node in edits["deviceNodes"] if device.names[0] not in GATED_NAMES else ():
             everything.setdefault(node["path"], node)
         entries += [{"name": name, "containerEdits": edits} for name in device.names]
-    if devices:
+    shared = common_edits(common, hook_path, stamp)
+    if not entries:  # no GPU to name (WSL2: /dev/dxg; Tegra CSV): one `all` device
+        everything = {n["path"]: n for n in shared.pop("deviceNodes", [])}
+    if everything:
         entries.append({"name": "all",
                         "containerEdits": {"deviceNodes": list(everything.values())}})
     spec: dict[str, Any] = {"cdiVersion": "", "kind": KIND, "devices": entries,
-                            "containerEdits": common_edits(common, hook_path, stamp)}
+                            "containerEdits": shared}
     spec["cdiVersion"] = minimal_version(spec)
     return spec
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from nvhook.errors import SimError
-from nvhook.sim import catalog, devices, gated, graphics, procfs, tegra
+from nvhook.sim import catalog, devices, gated, graphics, procfs, tegra, wsl
 from nvhook.sim.artifacts import install_artifacts, obtain_artifacts
 from nvhook.sim.records import SimFile, SimGpu, SimRoot, SimSpec
 from nvhook.sim.topology import build_gpus
@@ -71,6 +71,8 @@ def create_sim_root(path: str | os.PathLike[str], spec: SimSpec, force: bool = F
             gated.make_gated(root, real_nodes)
         if spec.tegra:
             tegra.make_tegra(root, spec.driver_version, real_nodes)
+        if spec.wsl:
+            wsl.make_wsl(root, spec.driver_version, real_nodes)
         _make_layout_links(root)
     except OSError as err:
         raise SimError(f"build simulated driver in {root}: {err.strerror or err} "

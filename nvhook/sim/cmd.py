@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="also GDS, MOFED, NVSwitch and GDRCopy devices (NVIDIA_GDS=...)")
     create.add_argument("--tegra", action="store_true",
                         help="a Jetson root: L4T mount specs for the CSV backend (mode csv)")
+    create.add_argument("--wsl", action="store_true",
+                        help="a WSL2 guest: /dev/dxg and a driver store under /usr/lib/wsl")
     create.add_argument("--build-cache", default=None, metavar="CACHE",
                         help="keep/reuse the compiled libraries and binaries in CACHE")
     create.add_argument("--force", action="store_true",
@@ -93,7 +95,7 @@ def _spec(args: argparse.Namespace) -> SimSpec:
         gpus=args.gpus, driver_version=args.driver_version, cuda_version=args.cuda_version,
         models=models, mig=parse_mig_spec(args.mig, args.gpus) if args.mig else (),
         minors=minors, ipc=args.ipc, compat32=not args.no_32bit,
-        imex_channels=args.imex_channels, gated=args.gated, tegra=args.tegra,
+        imex_channels=args.imex_channels, gated=args.gated, tegra=args.tegra, wsl=args.wsl,
     )
 
 

@@ -36,6 +36,7 @@ class SimSpec:
     imex_channels: int = 1  # /dev/nvidia-caps-imex-channels/channel0..N-1
     gated: bool = False  # GDS, MOFED, NVSwitch and GDRCopy nodes and files (sim.gated)
     tegra: bool = False  # a Jetson root for the CSV backend, mode = "csv" (sim.tegra)
+    wsl: bool = False  # a WSL2 guest: /dev/dxg and a driver store (sim.wsl)
 
 
 @record

@@ -25,7 +25,7 @@ from nvmount.plan.types import Bind, DeviceRule, MountPlan, PlanEntry, SourceKin
 
 # Bind labels (`Bind.what`) of host files a runtime can bind-mount from the spec's `mounts`.
 RUNTIME_MOUNTS = frozenset({"binary", "library", "library32", "firmware", "ipc",
-                            "mig caps dev", "graphics", "gated", "csv"})
+                            "mig caps dev", "graphics", "gated", "driver file"})
 
 
 class Delivered:

@@ -31,7 +31,7 @@ def plan_graphics_files(inventory: DriverInventory,
     """The CONFIG files whose gate the request meets, at their container paths."""
     return [Bind(f.host_path, f.container_path,
                  SourceKind.DIRECTORY if f.kind == FileKind.DIRECTORY else SourceKind.FILE,
-                 RO_LIB, "graphics" if inventory.proc_driver_dir else "csv",
+                 RO_LIB, "graphics" if inventory.proc_driver_dir else "driver file",
                  gate=f.capabilities)
             for f in inventory.graphics
             if f.kind in (FileKind.CONFIG, FileKind.DIRECTORY) and f.capabilities & capabilities]

@@ -88,7 +88,7 @@ def plan_mounts(
     drawing = plan_graphics_files(inventory, capabilities)
     entries += drawing
     extra_links = plan_graphics_links([b for b, _ in files] + drawing, capabilities)
-    extra_links += [Symlink(path, text, "csv link") for path, text in inventory.links]
+    extra_links += [Symlink(path, text, "driver link") for path, text in inventory.links]
     entries += extra_links
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)

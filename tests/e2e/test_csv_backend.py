@@ -60,7 +60,7 @@ def test_csv_report_in_info(jetson: GpuRig) -> None:
 
     proc = subprocess.run([*NVHOOK, "--config", str(jetson.config), "info", "--json"],
                           capture_output=True, text=True, check=True, timeout=60)
-    report = json.loads(proc.stdout)["csv_report"]
+    report = json.loads(proc.stdout)["backend_report"]
     assert report[0].startswith("csv: 3 devices, 2 files and directories, 1 links")
     assert f"conflict: {TEGRA}/libnvrm_gpu.so is listed as dev and lib" in report
     assert f"skipped: {TEGRA}/libnvmissing.so (lib) is missing" in report

@@ -246,3 +246,19 @@ def test_gated_families_are_devices(sim_root_factory: SimRootFactory) -> None:
                                                                       "/run/udev"}
     assert not any(n["path"].startswith("/dev/infiniband") for n in
                    devices["all"]["deviceNodes"])  # `all` is the GPUs
+
+
+@pytest.mark.parametrize("backend", ["wsl", "tegra"])
+def test_backends_without_gpus_give_one_all_device(sim_root_factory: SimRootFactory,
+                                                   backend: str) -> None:
+    from nvhook.sim import SimSpec
+
+    sim = sim_root_factory(SimSpec(gpus=1, **{backend: True}))
+    spec = host_spec(_config(sim))
+    validate(spec)
+    assert [d["name"] for d in spec["devices"]] == ["all"]
+    nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert nodes == (["/dev/dxg"] if backend == "wsl" else
+                     ["/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvmap"])
+    assert "deviceNodes" not in spec["containerEdits"]
+    assert spec["containerEdits"]["mounts"]
