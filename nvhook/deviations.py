@@ -81,10 +81,12 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "Mode detection",
-        "`mode = auto` resolves to `cdi` (only fully qualified CDI names requested) or else "
-        "`legacy`; no platform probing (no dlopen of NVML or dxcore, no Tegra files)",
-        "nvhook is the legacy hook; probing loads libraries into a root process and costs time; "
-        "NVML and WSL hosts resolve to legacy in NVIDIA too, and nvhook has no csv mode",
+        "`mode = auto` resolves to `cdi` (only fully qualified CDI names requested), `csv` (a "
+        "driver root with /etc/nv_tegra_release) or else `legacy`; no dlopen of NVML or "
+        "dxcore to probe; `csv` is handled by the hook's own engine; a WSL2 root (/dev/dxg) "
+        "is legacy with the WSL backend",
+        "probing loads libraries into a root process and costs time; NVML and WSL hosts "
+        "resolve to legacy in NVIDIA too",
     ),
     (
         "Error texts",

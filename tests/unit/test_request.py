@@ -572,13 +572,12 @@ MODE_FAIL = [
     (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,example.com/net=eth0"], ()),
     (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], dev("cdi/nvidia.com/gpu=1")),
     (conf(**{"nvidia-container-runtime.mode": "cdi"}), ["NVIDIA_VISIBLE_DEVICES=all"], ()),
-    (conf(**{"nvidia-container-runtime.mode": "csv"}), ["NVIDIA_VISIBLE_DEVICES=all"], ()),
     (conf(**{"nvidia-container-runtime.mode": "jit-cdi"}), ["NVIDIA_VISIBLE_DEVICES=0"], ()),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("config", "env", "mounts"), MODE_FAIL,
-                         ids=["cdi-name", "cdi-names", "cdi-mount", "cdi", "csv", "jit-cdi"])
+                         ids=["cdi-name", "cdi-names", "cdi-mount", "cdi", "jit-cdi"])
 def test_mode_check_fails(config: HookConfig, env: list[str], mounts: Any) -> None:
     with pytest.raises(RequestError) as info:
         derive(env, config=config, mounts=mounts)
@@ -588,6 +587,13 @@ def test_mode_check_fails(config: HookConfig, env: list[str], mounts: Any) -> No
         "flag) is not supported. Please use the NVIDIA Container Runtime (e.g. specify the "
         "--runtime=nvidia flag) instead."
     )
+
+
+def test_csv_mode_is_the_hooks_own() -> None:
+    """Tegra CSV mode: the hook's engine reads the mount specs (nvmount.discover.csv_backend)."""
+    request = derive(["NVIDIA_VISIBLE_DEVICES=all"],
+                     config=conf(**{"nvidia-container-runtime.mode": "csv"}))
+    assert request is not None and request.devices == ("all",)
 
 
 def test_mode_check_skipped_for_non_gpu_containers() -> None:
