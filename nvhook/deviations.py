@@ -198,12 +198,13 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "Runtime wrapper: modes and output",
-        "modes `legacy` and nvhook's `spec` only: a request naming only CDI devices fails "
-        "with a message saying so; `--version` prints `nvhook-runtime version <v> (NVIDIA "
-        "Container Runtime v1.17.8 compatible)`, then the runtime's; errors are one line on "
-        "stderr and an error record in runc's `--log` file",
-        "nvhook has no CDI or csv mode; it is not NVIDIA's binary; containerd and Docker show "
-        "the last error of the `--log` file",
+        "modes `legacy`, nvhook's `spec`, and CDI requests (names in NVIDIA_VISIBLE_DEVICES, "
+        "cdi.k8s.io/ annotations) resolved from the CDI spec dirs; csv is the hook's own; "
+        "`--version` prints `nvhook-runtime version <v> (NVIDIA Container Runtime v1.17.8 "
+        "compatible)`, then the runtime's; errors are one line on stderr and an error record "
+        "in runc's `--log` file",
+        "the wrapper applies CDI edits itself (no separate CDI runtime); it is not NVIDIA's "
+        "binary; containerd and Docker show the last error of the `--log` file",
     ),
     (
         "nvidia-container-cli drop-in",

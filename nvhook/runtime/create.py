@@ -127,9 +127,9 @@ def _request(spec: Any, config: HookConfig) -> ContainerRequest | None:
         if str(err) != MODE_ERROR:
             raise
         raise WrapperError(
-            "only fully qualified CDI device names requested: nvhook's runtime has no CDI mode "
-            "(request GPUs by index or UUID, or set nvidia-container-runtime.mode = "
-            '"legacy")') from err
+            f"nvidia-container-runtime.mode = {config.runtime.mode!r}: the container names no "
+            "CDI device (request them as nvidia.com/gpu=N in NVIDIA_VISIBLE_DEVICES or a "
+            'cdi.k8s.io/ annotation, or set nvidia-container-runtime.mode = "legacy")') from err
 
 
 def find_hook(configured: str, own_dir: str | None, path_env: str) -> str:
