@@ -78,6 +78,16 @@ def make_nodes(root: Path, spec: SimSpec,
     return tuple(made), real
 
 
+def make_node(path: Path, major: int, minor: int, real: bool) -> None:
+    """A 0666 character device (a regular file when mknod is not allowed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if real:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+    else:
+        path.touch(mode=0o666)
+    path.chmod(0o666)
+
+
 def _mknod(path: Path, major: int, minor: int, mode: int) -> bool:
     try:
         os.mknod(path, stat.S_IFCHR | mode, os.makedev(major, minor))

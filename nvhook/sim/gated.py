@@ -7,9 +7,9 @@ misc 10 for rdma_cm, nvidia-nvswitch 509, gdrdrv 238)."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
+
+from nvhook.sim.devices import make_node
 
 NODES = (("/dev/nvidia-fs0", 246, 0), ("/dev/nvidia-fs1", 246, 1),
          ("/dev/infiniband/uverbs0", 231, 192), ("/dev/infiniband/uverbs1", 231, 193),
@@ -23,13 +23,7 @@ def make_gated(root: Path, real_nodes: bool) -> list[str]:
     """Create the nodes and files of the module docstring; their driver-root paths."""
     made = []
     for rel, major, minor in NODES:
-        path = root / rel.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if real_nodes:
-            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
-        else:
-            path.touch(mode=0o666)
-        path.chmod(0o666)
+        make_node(root / rel.lstrip("/"), major, minor, real_nodes)
         made.append(rel)
     (root / "etc").mkdir(exist_ok=True)
     (root / "etc/cufile.json").write_text(json.dumps(CUFILE, indent=2) + "\n")

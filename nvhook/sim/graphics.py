@@ -8,12 +8,11 @@ Vulkan producer libraries are built with the others (catalog group "graphics-ext
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 from pathlib import Path
 
 from nvhook.sim import catalog
+from nvhook.sim.devices import make_node
 from nvhook.sim.records import SimGpu
 
 DRM_MAJOR = 226
@@ -74,12 +73,6 @@ def make_dri(root: Path, gpus: tuple[SimGpu, ...], real_nodes: bool) -> list[str
         for name, minor in ((f"card{gpu.index}", gpu.index),
                             (f"renderD{128 + gpu.index}", 128 + gpu.index)):
             (drm / name).mkdir(parents=True, exist_ok=True)
-            node = root / "dev/dri" / name
-            node.parent.mkdir(parents=True, exist_ok=True)
-            if real_nodes:
-                os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(DRM_MAJOR, minor))
-            else:
-                node.touch(mode=0o666)
-            node.chmod(0o666)
+            make_node(root / "dev/dri" / name, DRM_MAJOR, minor, real_nodes)
             made.append(f"/dev/dri/{name}")
     return made

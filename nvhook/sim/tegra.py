@@ -5,12 +5,11 @@ conflicting entry, which the report must name). The config selects mode = "csv".
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 from pathlib import Path
 
 from nvhook.sim import catalog
+from nvhook.sim.devices import make_node
 
 SPEC_DIR = "/etc/nvidia-container-runtime/host-files-for-container.d"
 TEGRA_LIBS = "/usr/lib/aarch64-linux-gnu/tegra"
@@ -44,12 +43,7 @@ def make_tegra(root: Path, version: str, real_nodes: bool) -> str:
     egl.mkdir(parents=True, exist_ok=True)
     (egl / "nvidia.json").write_text('{"ICD": {"library_path": "libEGL_nvidia.so.0"}}\n')
     for rel, major, minor in NODES:
-        path = root / rel.lstrip("/")
-        if real_nodes:
-            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
-        else:
-            path.touch(mode=0o666)
-        path.chmod(0o666)
+        make_node(root / rel.lstrip("/"), major, minor, real_nodes)
     spec_dir = root / SPEC_DIR.lstrip("/")
     spec_dir.mkdir(parents=True, exist_ok=True)
     (spec_dir / "l4t.csv").write_text(CSV)

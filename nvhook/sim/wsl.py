@@ -6,12 +6,11 @@ with their SONAMEs). /dev/dxg makes nvhook use its WSL backend for this root."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 from pathlib import Path
 
 from nvhook.sim import catalog
+from nvhook.sim.devices import make_node
 
 STORE = "/usr/lib/wsl/drivers/nv_dispi.inf_amd64_5c8f2a1e0b7d4e93"
 DXG = (492, 0)
@@ -33,10 +32,5 @@ def make_wsl(root: Path, version: str, real_nodes: bool) -> str:
     lib = root / "usr/lib/wsl/lib"
     lib.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(libs / f"libnvidia-glsi.so.{version}", lib / "libdxcore.so")
-    node = root / "dev/dxg"
-    if real_nodes:
-        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(*DXG))
-    else:
-        node.touch(mode=0o666)
-    node.chmod(0o666)
+    make_node(root / "dev/dxg", *DXG, real_nodes)
     return STORE

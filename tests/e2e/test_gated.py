@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from nvhook.demo.bundle import Runc
-from nvhook.demo.driver import nvhook_hook_entry, sim_prestart_entry
 from nvhook.sim import SimSpec
-from tests.fixtures.containers import ContainerFactory, GpuRig, RootfsCache
+from tests.fixtures.containers import GpuRig, RootfsCache, rig_for
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
@@ -39,15 +38,8 @@ FAMILIES = {
 def gated_rig(tmp_path_factory: pytest.TempPathFactory, rootfs_cache: RootfsCache,
               runc_default: Runc, sim_root_factory: SimRootFactory,
               hook_launcher: Path) -> GpuRig:
-    """A 2-GPU simulated driver with the gated families, and the installed hook."""
     sim = sim_root_factory(SimSpec(gpus=2, ipc=True, gated=True))
-    config = Path(sim.config_path)
-    step = sim_prestart_entry(config, hook_launcher)
-    work = tmp_path_factory.mktemp("gated-e2e")
-    return GpuRig(sim, hook_launcher, config, ContainerFactory(
-        work / "gpu", rootfs_cache, runc_default, (step, nvhook_hook_entry(hook_launcher, config)),
-        tag="gpu"), ContainerFactory(work / "base", rootfs_cache, runc_default, (step,),
-                                     tag="gpu"))
+    return rig_for(sim, tmp_path_factory, rootfs_cache, runc_default, hook_launcher, "gated-e2e")
 
 
 @pytest.mark.parametrize("variable", [*FAMILIES, None])
