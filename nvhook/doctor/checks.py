@@ -124,7 +124,8 @@ def _node_finding(host: str, name: str, major_name: str, want: int | None, minor
     if st is None or not stat.S_ISCHR(st.st_mode):
         fix = (f"load the module and create the node: `nvidia-modprobe -u -c=0`, or "
                f"`modprobe {major_name}` and `mknod -m 666 /dev/{name} c {want or 'MAJOR'} "
-               f"{minor}`")
+               f"{minor}`; with nvidia-container-cli.load-kmods = true (the default) the "
+               "next GPU start creates it")
         what = "missing" if st is None else "not a character device"
         return Finding(f"/dev/{name}", "fail" if needed else "warn",
                        what + ("" if needed else " (profilers need it)"), fix)

@@ -12,7 +12,11 @@ the host before discovery. Effects (the host's /dev in the driver root, modprobe
   at most channel 2047 (the driver's default NVreg_ImexChannelCount) and 64 per start.
 
 Every node is made with mknodat on a directory fd opened without following links; an existing
-entry of any type is left alone (the discovery then reports it as it is).
+entry of any type is left alone (the discovery then reports it as it is). As nvidia-modprobe
+does, the driver's /proc/driver/nvidia/params decide: `ModifyDeviceFiles: 0` creates nothing,
+`DeviceFileUID`, `DeviceFileGID` and `DeviceFileMode` give the nodes' owner and mode (default
+root:root 0666). Modules are loaded only by a modprobe owned by root and writable by no one
+else, and never from a user namespace.
 """
 
 from __future__ import annotations
@@ -54,9 +58,10 @@ def load_modules(root: str, proc_root: str) -> bool:
     """modprobe nvidia and nvidia-uvm on the real host when uvm is not loaded; whether it ran."""
     if root != "/" or proc_root != "/proc" or "nvidia-uvm" in read_majors(proc_root):
         return False
-    modprobe = next((p for p in MODPROBE if os.access(p, os.X_OK)), None)
-    if modprobe is None:
-        log.warning("load-kmods: no modprobe in %s", ", ".join(MODPROBE))
+    modprobe = next((p for p in MODPROBE if _trusted(p)), None)
+    if modprobe is None or _in_user_namespace():
+        log.warning("load-kmods: no root-owned modprobe in %s, or in a user namespace: "
+                    "modules not loaded", ", ".join(MODPROBE))
         return False
     import subprocess
 
@@ -73,9 +78,47 @@ def load_modules(root: str, proc_root: str) -> bool:
     return True
 
 
+def _trusted(path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_uid == 0 and not st.st_mode & 0o022 and bool(st.st_mode & 0o100)
+
+
+def _in_user_namespace() -> bool:
+    try:
+        with open("/proc/self/uid_map", "rb") as stream:
+            return stream.read(256).split() != [b"0", b"0", b"4294967295"]
+    except OSError:
+        return False
+
+
+def device_file_params(proc_root: str) -> tuple[bool, int, int, int]:
+    """(modify device files, uid, gid, mode) from the driver's params (nvidia-modprobe's
+    rules); the defaults when a value is absent or not a small number."""
+    values = {"ModifyDeviceFiles": 1, "DeviceFileUID": 0, "DeviceFileGID": 0,
+              "DeviceFileMode": 0o666}
+    try:
+        with open(os.path.join(proc_root, "driver/nvidia/params"), "rb") as stream:
+            text = stream.read(1 << 16).decode("ascii", "replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if key in values and value.isdigit() and len(value) <= 10:
+            values[key] = int(value)
+    return (values["ModifyDeviceFiles"] != 0, values["DeviceFileUID"], values["DeviceFileGID"],
+            values["DeviceFileMode"] & 0o777)
+
+
 def ensure_nodes(root: str, proc_root: str, imex_channels: tuple[int, ...] = (), *,
                  create_imex: bool = True) -> list[str]:
     """Create the missing nodes of the module docstring; their paths (for the log)."""
+    modify, uid, gid, mode = device_file_params(proc_root)
+    if not modify:
+        return []
     majors = read_majors(proc_root)
     wanted = [(name, majors[m], minor) for name, m, minor in CONTROL if m in majors]
     made: list[str] = []
@@ -85,11 +128,12 @@ def ensure_nodes(root: str, proc_root: str, imex_channels: tuple[int, ...] = (),
         log.warning("load-kmods: open %s/dev: %s", root.rstrip("/"), err.strerror)
         return made
     try:
-        made += [f"/dev/{n}" for n, major, minor in wanted if _mknod(dev, n, major, minor)]
+        made += [f"/dev/{n}" for n, major, minor in wanted
+                 if _mknod(dev, n, major, minor, (uid, gid, mode))]
         imex = majors.get("nvidia-caps-imex-channels")
         channels = [c for c in imex_channels if 0 <= c <= MAX_IMEX_CHANNEL]
         if create_imex and imex is not None and channels:
-            made += _imex(dev, imex, channels[:MAX_IMEX_PER_START])
+            made += _imex(dev, imex, channels[:MAX_IMEX_PER_START], (uid, gid, mode))
     finally:
         os.close(dev)
     for path in made:
@@ -97,7 +141,8 @@ def ensure_nodes(root: str, proc_root: str, imex_channels: tuple[int, ...] = (),
     return made
 
 
-def _imex(dev: int, major: int, channels: list[int]) -> list[str]:
+def _imex(dev: int, major: int, channels: list[int],
+          owner: tuple[int, int, int]) -> list[str]:
     try:
         os.mkdir(IMEX_DIR, 0o755, dir_fd=dev)
     except FileExistsError:
@@ -106,7 +151,7 @@ def _imex(dev: int, major: int, channels: list[int]) -> list[str]:
                  dir_fd=dev)
     try:
         return [f"/dev/{IMEX_DIR}/channel{c}" for c in channels
-                if _mknod(fd, f"channel{c}", major, c)]
+                if _mknod(fd, f"channel{c}", major, c, owner)]
     finally:
         os.close(fd)
 
@@ -115,16 +160,21 @@ def _open_dir(path: str) -> int:
     return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def _mknod(dirfd: int, name: str, major: int, minor: int) -> bool:
-    """mknodat(dirfd, name) unless an entry exists; whether a node was made."""
+def _mknod(dirfd: int, name: str, major: int, minor: int,
+           owner: tuple[int, int, int] = (0, 0, 0o666)) -> bool:
+    """mknodat(dirfd, name) with the owner and mode of `owner` (uid, gid, mode) unless an
+    entry exists; whether a node was made."""
     try:
         os.stat(name, dir_fd=dirfd, follow_symlinks=False)
         return False
     except FileNotFoundError:
         pass
-    mask = os.umask(0)  # 0666 as nvidia-modprobe makes them (the hook's umask is 022)
+    uid, gid, mode = owner
+    mask = os.umask(0)  # the driver's mode, exactly (the hook's umask is 022)
     try:
-        os.mknod(name, stat.S_IFCHR | 0o666, os.makedev(major, minor), dir_fd=dirfd)
+        os.mknod(name, stat.S_IFCHR | mode, os.makedev(major, minor), dir_fd=dirfd)
+        if (uid, gid) != (0, 0):
+            os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
     except FileExistsError:
         return False
     except OSError as err:

@@ -83,3 +83,18 @@ def test_a_gpu_start_recreates_uvm_and_a_dry_run_warns(sim: SimRoot, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     assert "/dev/nvidia-uvm is missing" in proc.stderr and "CUDA fails" in proc.stderr
     assert not (Path(sim.path) / "dev" / "nvidia-uvm").exists()
+
+
+def test_the_driver_params_decide_owner_mode_and_whether(sim: SimRoot) -> None:
+    params = Path(sim.proc_root) / "driver/nvidia/params"
+    text = params.read_text()
+    (Path(sim.path) / "dev" / "nvidia-uvm").unlink()
+    params.write_text(text.replace("DeviceFileGID: 0", "DeviceFileGID: 44").replace(
+        "DeviceFileMode: 438", "DeviceFileMode: 432"))  # 0660, group video
+    assert ensure_nodes(sim.path, sim.proc_root) == ["/dev/nvidia-uvm"]
+    st = os.stat(Path(sim.path) / "dev" / "nvidia-uvm")
+    assert (st.st_gid, st.st_mode & 0o777) == (44, 0o660)
+    (Path(sim.path) / "dev" / "nvidia-uvm").unlink()
+    params.write_text(text.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"))
+    assert ensure_nodes(sim.path, sim.proc_root) == []  # the driver manages its nodes itself
+    assert not (Path(sim.path) / "dev" / "nvidia-uvm").exists()
