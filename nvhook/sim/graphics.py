@@ -74,5 +74,9 @@ def make_dri(root: Path, gpus: tuple[SimGpu, ...], real_nodes: bool) -> list[str
                             (f"renderD{128 + gpu.index}", 128 + gpu.index)):
             (drm / name).mkdir(parents=True, exist_ok=True)
             make_node(root / "dev/dri" / name, DRM_MAJOR, minor, real_nodes)
+            kind = "card" if name.startswith("card") else "render"
+            link = root / "dev/dri/by-path" / f"pci-{gpu.proc_bus_id.lower()}-{kind}"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(f"../{name}")
             made.append(f"/dev/dri/{name}")
     return made

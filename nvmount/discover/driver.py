@@ -102,6 +102,8 @@ def _graphics(droot: DriverRoot, gpus: tuple[Gpu, ...], libs: tuple[DriverFile, 
     """The GPUs with their DRM nodes, and the graphics/display files (`discover.graphics`)."""
     gpus = tuple(replace(g, dri_nodes=graphics.dri_nodes(droot, opts.sys_root, g.bus_id))
                  for g in gpus)
+    gpus = tuple(replace(g, dri_links=graphics.dri_links(droot, g.bus_id, g.dri_nodes))
+                 for g in gpus)
     lib_dir = posixpath.dirname(libs[0].container_path) if libs else ""
     return gpus, graphics.find_graphics(droot, lib_dir, nvrm, warnings)
 

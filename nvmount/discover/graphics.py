@@ -19,7 +19,9 @@ display capabilities, read from the driver root (first match wins, as its locato
     next to the driver's libraries               -> libraries (graphics)
 
 DRM nodes: the entries `card*` and `renderD*` of <sys>/bus/pci/devices/<bus id>/drm, whose
-nodes /dev/dri/<name> in the driver root are character devices of major 226.
+nodes /dev/dri/<name> in the driver root are character devices of major 226; and udev's
+/dev/dri/by-path/pci-<bus id>-card and -render links to them, recreated in the container
+(some Vulkan and EGL loaders pick a GPU by its PCI path).
 """
 
 from __future__ import annotations
@@ -131,10 +133,33 @@ def _matching(root: DriverRoot, directory: str, pattern: str) -> list[str]:
     return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
 
 
+def dri_links(root: DriverRoot, bus_id: str,
+              nodes: tuple[DeviceNode, ...]) -> tuple[tuple[str, str], ...]:
+    """(path, link text) of the by-path links to `nodes` that udev made in the driver root."""
+    pci = _sysfs_bus(bus_id)
+    links = []
+    for node in nodes:
+        name = posixpath.basename(node.container_path)
+        kind = "card" if name.startswith("card") else "render"
+        path = f"/dev/dri/by-path/pci-{pci}-{kind}"
+        try:
+            text = os.readlink(root.host(path))
+        except OSError:
+            continue
+        if text in (f"../{name}", f"/dev/dri/{name}"):
+            links.append((path, f"../{name}"))
+    return tuple(links)
+
+
+def _sysfs_bus(bus_id: str) -> str:
+    """NVML's "00000000:07:00.0" as sysfs and udev spell it: "0000:07:00.0"."""
+    domain, _, rest = bus_id.lower().partition(":")
+    return f"{domain[-4:]}:{rest}"
+
+
 def dri_nodes(root: DriverRoot, sys_root: str, bus_id: str) -> tuple[DeviceNode, ...]:
     """The DRM nodes of the GPU at NVML bus id `bus_id` ("00000000:07:00.0")."""
-    domain, _, rest = bus_id.lower().partition(":")
-    sysfs = posixpath.join(sys_root, "bus/pci/devices", f"{domain[-4:]}:{rest}", "drm")
+    sysfs = posixpath.join(sys_root, "bus/pci/devices", _sysfs_bus(bus_id), "drm")
     try:
         with os.scandir(sysfs) as entries:
             names = sorted(e.name for _, e in zip(range(64), entries)

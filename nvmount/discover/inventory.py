@@ -88,6 +88,7 @@ class Gpu:
     mig_enabled: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
     dri_nodes: tuple[DeviceNode, ...] = ()  # /dev/dri/card*, renderD* of this GPU (sysfs)
+    dri_links: tuple[tuple[str, str], ...] = ()  # udev's /dev/dri/by-path links to them
 
 
 @record

@@ -89,6 +89,9 @@ def plan_mounts(
     entries += drawing
     extra_links = plan_graphics_links([b for b, _ in files] + drawing, capabilities)
     extra_links += [Symlink(path, text, "driver link") for path, text in inventory.links]
+    if capabilities & (DriverCapability.GRAPHICS | DriverCapability.DISPLAY):
+        extra_links += [Symlink(path, text, "dri link") for g in gpus for path, text in
+                        g.dri_links]
     entries += extra_links
     entries += _plan_firmware_ipc(inventory, capabilities)
     binds, rules = plan_devices(inventory, gpus, selection, capabilities, options)

@@ -18,10 +18,11 @@ for f in /etc/vulkan/icd.d/nvidia_icd.json /etc/vulkan/implicit_layer.d/nvidia_l
 done
 echo "icd: $(cat /etc/vulkan/icd.d/nvidia_icd.json | tr -d '\n ')"
 ls /dev/dri | sed 's/^/dri /'
-for n in /dev/dri/*; do msg=$( (exec 3<>$n) 2>&1 ); echo "open $n: ${msg:-opened}"; done
+for n in /dev/dri/card* /dev/dri/renderD*; do msg=$( (exec 3<>$n) 2>&1 ); echo "open $n: ${msg:-opened}"; done
 echo "gbm $(readlink /usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so)"
 echo "glx $(readlink /usr/lib/xorg/modules/extensions/libglxserver_nvidia.so)"
 [ -f /usr/lib/xorg/modules/drivers/nvidia_drv.so ] && echo "xorg driver"
+for l in /dev/dri/by-path/*; do echo "bypath $l $(readlink $l)"; done
 """
 
 
@@ -37,12 +38,16 @@ def test_graphics_and_display_in_a_container(gpu_rig: GpuRig) -> None:
     assert '"library_path":"libGLX_nvidia.so.0"' in out
     gpu = next(g for g in gpu_rig.sim.gpus if g.index == 1)
     assert sorted(x for x in out.splitlines() if x.startswith("dri ")) == [
-        f"dri card{gpu.index}", f"dri renderD{128 + gpu.index}"]
+        "dri by-path", f"dri card{gpu.index}", f"dri renderD{128 + gpu.index}"]
     # no kernel driver behind the simulated nodes: ENXIO means the device cgroup let it pass
     assert out.count("No such device or address") == 2, out
     assert "gbm ../libnvidia-allocator.so.1" in out
     assert f"glx libglxserver_nvidia.so.{gpu_rig.sim.driver_version}" in out
     assert "xorg driver" in out
+    bus = gpu.proc_bus_id.lower()
+    assert sorted(x for x in out.splitlines() if x.startswith("bypath ")) == [
+        f"bypath /dev/dri/by-path/pci-{bus}-card ../card{gpu.index}",
+        f"bypath /dev/dri/by-path/pci-{bus}-render ../renderD{128 + gpu.index}"]
 
 
 def test_compute_only_gets_no_graphics(gpu_rig: GpuRig) -> None:
