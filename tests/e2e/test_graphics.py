@@ -18,7 +18,9 @@ for f in /etc/vulkan/icd.d/nvidia_icd.json /etc/vulkan/implicit_layer.d/nvidia_l
 done
 echo "icd: $(cat /etc/vulkan/icd.d/nvidia_icd.json | tr -d '\n ')"
 ls /dev/dri | sed 's/^/dri /'
-for n in /dev/dri/card* /dev/dri/renderD*; do msg=$( (exec 3<>$n) 2>&1 ); echo "open $n: ${msg:-opened}"; done
+for n in /dev/dri/card* /dev/dri/renderD*; do
+  msg=$( (exec 3<>$n) 2>&1 ); echo "open $n: ${msg:-opened}"
+done
 echo "gbm $(readlink /usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so)"
 echo "glx $(readlink /usr/lib/xorg/modules/extensions/libglxserver_nvidia.so)"
 [ -f /usr/lib/xorg/modules/drivers/nvidia_drv.so ] && echo "xorg driver"
