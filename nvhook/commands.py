@@ -56,7 +56,7 @@ def _install() -> CommandMain:
 
 
 def _config() -> CommandMain:
-    from nvhook.config_check import main_config
+    from nvhook.config.check import main_config
 
     return main_config
 

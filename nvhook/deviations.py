@@ -1,7 +1,7 @@
 """Where nvhook deliberately differs from NVIDIA's hook, runtime, CLI and nvidia-ctk (v1.17.8).
 
-The one list of deviations: the README's "Deviations from NVIDIA's hook" section repeats it
-(a test keeps the two in step). Each entry is (topic, what nvhook does, why).
+The one list of deviations: docs/hook.md and docs/runtimes.md repeat it (a test keeps them in
+step). Each entry is (topic, what nvhook does, why).
 """
 
 from __future__ import annotations

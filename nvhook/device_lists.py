@@ -5,7 +5,7 @@ the CDI-name test of the mode check. Pure (the unprivileged policy logs NVIDIA's
 
 from __future__ import annotations
 
-from nvhook.config import HookConfig, go_trim_space
+from nvhook.config.model import HookConfig, go_trim_space
 from nvhook.errors import RequestError
 from nvhook.oci import go_clean
 from nvmount.bounds import MAX_DIGITS, is_decimal, shorten

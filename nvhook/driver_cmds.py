@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) -> DriverInventory:
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
     from nvmount.discover.driver import discover_driver
     from nvmount.discover.options import DiscoveryOptions
     from nvmount.records import replace
@@ -56,7 +56,7 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
 def _discover_cached(opts: GlobalOptions) -> tuple[DriverInventory, str, str]:
     """The inventory from NVML now, what the inventory cache held (`_CACHE`; the cache is
     rewritten) and where the driver root came from."""
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
     from nvhook.engine import engine_options
     from nvmount.engine import discover_cached
     from nvmount.faults import Faults

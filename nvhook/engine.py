@@ -40,7 +40,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvhook.request import ContainerRef, ContainerRequest
     from nvmount.engine_types import EngineOptions, EngineRequest
     from nvmount.plan.delivery import Delivered
@@ -160,7 +160,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
 
 
 def plan_to_json(plan: MountPlan) -> dict[str, object]:
-    """The dry-run document (shape in the module docstring and the README)."""
+    """The dry-run document (shape in the module docstring and docs/architecture.md)."""
     from nvmount.plan.types import Bind, Symlink, Tmpfs
 
     entries: list[dict[str, object]] = []

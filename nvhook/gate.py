@@ -12,7 +12,7 @@ everything again, errors included. It declines only when all of these hold:
 - the command line is `prestart`, or `--config /abs/path prestart` (no --debug, --dry-run);
   neither NVIDIA_CTK_CONFIG_FILE_PATH nor XDG_CONFIG_HOME is set;
 - the config is the built-in default (no /etc/nvidia-container-runtime/config.toml), or a
-  file whose validated facts are in the root-only config cache (`nvhook.config_file`: written
+  file whose validated facts are in the root-only config cache (`nvhook.config.load`: written
   by a full run after the file validated, keyed by its dev/inode/size/mtime/ctime), and the
   config keeps no debug log;
 - the state and `config.json` decode as the hook decodes them (4 MiB bounds, a regular
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 MAX_DOCUMENT = 4 * 1024 * 1024  # nvhook.oci.MAX_DOCUMENT_BYTES
 DEFAULT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-CACHE = ("/run/nvhook", "config")  # nvmount.cachefile.DEFAULT_DIR, nvhook.config_file
+CACHE = ("/run/nvhook", "config")  # nvmount.cachefile.DEFAULT_DIR, nvhook.config.load
 CACHE_FORMAT = 1  # nvmount.cachefile.FORMAT
 _CAP_SETS = frozenset(("bounding", "effective", "inheritable", "permitted", "ambient"))
 _O_PATH = 0o10000000

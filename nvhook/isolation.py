@@ -12,7 +12,7 @@ import sys
 # (glibc's list of variables it drops for setuid programs, plus every LD_*). Not here: TZ and
 # TZDIR - libc reads the file they name when the interpreter starts (zipimport imports time,
 # which calls tzset), before any code of ours, like LD_PRELOAD: only an explicit `env` on the
-# hook entry keeps them out (README, Security).
+# hook entry keeps them out (docs/security.md).
 LOADER_VARIABLES = frozenset((
     "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
     "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS",

@@ -21,7 +21,7 @@ from nvmount.log import DEBUG, get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvhook.flags import GlobalOptions
     from nvhook.oci import Spec, State
     from nvhook.request import ContainerRef, ContainerRequest
@@ -44,7 +44,7 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
 
 def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> int:
     """The prestart pipeline; in dry-run, print the decision (and the engine's plan)."""
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
     from nvhook.oci import load_spec, load_state
     from nvhook.request import derive_request
     from nvmount.timing import PhaseTimer
@@ -114,7 +114,7 @@ def _log_request(request: ContainerRequest, ref: ContainerRef) -> None:
 def decision_json(
     request: ContainerRequest | None, ref: ContainerRef, plan: dict[str, object] | None
 ) -> dict[str, object]:
-    """The dry-run document (README: "Hook decisions")."""
+    """The dry-run document (docs/hook.md)."""
     document: dict[str, object] = {
         "gpu_container": request is not None,
         "request": None if request is None else request.to_json(),
@@ -136,6 +136,6 @@ def _print_decision(
 
 def config_for(opts: GlobalOptions) -> HookConfig:
     """The configuration the hook would use with these options (for other commands)."""
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
 
     return load_config(opts.config_path, os.environ, cwd=opts.cwd)

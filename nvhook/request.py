@@ -9,7 +9,7 @@ returns None for a container that does not want GPUs. The only effect is logging
 from __future__ import annotations
 
 from nvhook import semver
-from nvhook.config import HookConfig, go_trim_space
+from nvhook.config.model import HookConfig, go_trim_space
 from nvhook.device_lists import (
     check_ids,
     dedupe,

@@ -21,7 +21,7 @@ from nvhook.errors import NvhookError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvhook.flags import GlobalOptions
 
 

@@ -14,7 +14,7 @@ from nvhook.errors import NvhookError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvmount.discover.inventory import DriverInventory
 
 DEFAULT_HOOK = "/usr/bin/nvhook"

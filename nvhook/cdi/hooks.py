@@ -101,7 +101,7 @@ def gpu_devices(inventory: DriverInventory, nodes: frozenset[tuple[str, int, int
 
 
 def main_hook(name: str, args: list[str], opts: GlobalOptions) -> int:
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
     from nvhook.delivery import delivered_by_spec
     from nvhook.engine import engine_options
     from nvhook.oci import load_spec, load_state

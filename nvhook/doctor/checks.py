@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvmount.discover.inventory import DriverInventory
 
 # /proc/devices name -> the nodes of that major the doctor expects (control nodes only)
@@ -27,9 +27,9 @@ _CONTROL = (("nvidiactl", "nvidia-frontend", 255, True), ("nvidia-uvm", "nvidia-
 def check_config(explicit: str | None, environ: Mapping[str, str],
                  cwd: str | None) -> tuple[HookConfig, list[Finding]]:
     """The configuration the hook would use (defaults when it cannot load) and its findings."""
-    from nvhook.config import config_from_document
-    from nvhook.config_check import check_document
-    from nvhook.config_file import _read_toml, find_config, load_config
+    from nvhook.config.check import check_document
+    from nvhook.config.load import _read_toml, find_config, load_config
+    from nvhook.config.model import config_from_document
 
     fix = "run `nvhook config check` and correct the file"
     try:

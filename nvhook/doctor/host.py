@@ -16,7 +16,7 @@ from nvhook.launchers import MARKER
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
 
 DAEMONS = ("dockerd", "containerd", "crio", "kubelet", "nvidia-persistenced",
            "nv-fabricmanager")

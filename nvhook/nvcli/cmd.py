@@ -33,7 +33,7 @@ from nvhook.errors import NvhookError, UsageError
 from nvhook.nvcli.args import Parsed, parse_cli
 
 if TYPE_CHECKING:
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvmount.discover.inventory import DriverInventory
     from nvmount.engine_types import EngineRequest
 
@@ -115,7 +115,7 @@ def _dispatch(parsed: Parsed, cwd: str | None) -> int:
     if not parsed.command or parsed.global_opts.get("help") or parsed.opts.get("help"):
         sys.stdout.write(USAGE)
         return 0 if parsed.global_opts.get("help") or parsed.opts.get("help") else 1
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
 
     config = load_config(None, os.environ)
     if parsed.command == "configure":

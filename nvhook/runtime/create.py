@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
     from nvhook.request import ContainerRequest
     from nvhook.runtime.spec import SpecEntries
 
@@ -71,7 +71,7 @@ def prepare_bundle(bundle_dir: str, settings: Settings, log: RuntimeLog,
 def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: RuntimeLog,
                  environ: Mapping[str, str], own_dir: str | None) -> dict[str, Any] | None:
     """The edited document, or None when the container wants no GPU or nothing changes."""
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
     from nvhook.oci import parse_spec, resolve_rootfs
 
     config = load_config(settings.path, environ)

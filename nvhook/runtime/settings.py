@@ -104,7 +104,7 @@ def _read(path: str, required: bool) -> str | None:
 
 
 def _parse(text: str, path: str) -> dict[str, Any]:
-    from nvhook.runtime.toml_subset import parse_simple
+    from nvhook.config.toml_subset import parse_simple
 
     doc = parse_simple(text)
     if doc is not None:

@@ -120,7 +120,7 @@ def _write_cdi(sim: SimRoot, path: str, hook_path: str | None) -> None:
     import shutil
 
     from nvhook.cdi.generate import DEFAULT_HOOK, format_of, host_spec, render, write_atomically
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
 
     hook = hook_path or shutil.which("nvhook") or DEFAULT_HOOK
     spec = host_spec(load_config(sim.config_path, {}), hook_path=hook)

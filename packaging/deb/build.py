@@ -48,7 +48,7 @@ def stage(root: Path) -> None:
     _dist_info(root / SITE / f"nvhook-{__version__}.dist-info")
     _launchers(root / "usr/bin")
     (root / "usr/bin/nvidia-container-toolkit").symlink_to("nvidia-container-runtime-hook")
-    from nvhook.config_default import default_text
+    from nvhook.config.default import default_text
     from nvhook.configure import hooksd
 
     _write(root / CONFFILE, default_text())

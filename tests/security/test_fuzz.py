@@ -158,7 +158,7 @@ def test_state_parser() -> None:
 # ---- the spec, and the request derived from it -----------------------------------------------
 
 def test_spec_and_request(tmp_path: Path) -> None:
-    from nvhook.config import config_from_document
+    from nvhook.config.model import config_from_document
     from nvhook.oci import load_spec
     from nvhook.request import derive_request
 
@@ -245,8 +245,8 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_config_toml(tmp_path: Path) -> None:
-    from nvhook.config import config_from_document
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
+    from nvhook.config.model import config_from_document
 
     path = tmp_path / "config.toml"
 
@@ -366,8 +366,8 @@ def test_long_and_large_values_in_the_hook_parsers(tmp_path: Path) -> None:
     """The state's pid, the spec's env (device ids, requirements, CUDA_VERSION, IMEX channels,
     MIG lists), semver, config.toml numbers, ld.so.conf text, fault specs."""
     from nvhook import semver
-    from nvhook.config import config_from_document
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
+    from nvhook.config.model import config_from_document
     from nvhook.engine import imex_channel
     from nvhook.oci import Spec
     from nvhook.request import derive_request

@@ -50,7 +50,7 @@ from tests.fixtures.security import (
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 
 # What a hostile image may cost the host, in hook wall time on top of a plain start. The
-# figures measured are in the README ("Security: budgets"); the bound here has headroom for
+# figures measured are in docs/security.md ("Budgets"); the bound here has headroom for
 # 2 shared cores under load.
 HOSTILE_BUDGET_S = 2.0
 ZERO = os.makedev(1, 5)

@@ -26,7 +26,8 @@ TOOLS = ("nvhook.sim", "nvhook.demo")
 # the prestart command and what it imports (cli and commands reach every command lazily, each
 # through its own loader function in nvhook.commands)
 HOOK_PATH = ("nvhook.flags", "nvhook.isolation", "nvhook.logs", "nvhook.prestart",
-             "nvhook.delivery", "nvhook.config", "nvhook.oci", "nvhook.request",
+             "nvhook.delivery", "nvhook.config", "nvhook.config.model", "nvhook.config.load",
+             "nvhook.oci", "nvhook.request",
              "nvhook.device_lists", "nvhook.semver", "nvhook.engine", "nvhook.errors")
 ASSERTING_HELPERS = ("assert", "check", "expect", "survive", "scenario", "verify", "_assert",
                      "_check", "_expect")

@@ -1,5 +1,5 @@
 """Root-only caches (nvmount.cachefile), the driver inventory cache (nvmount.discover.cache)
-and the config document cache (nvhook.config_file): a hit only while nothing changed; a
+and the config document cache (nvhook.config.load): a hit only while nothing changed; a
 stale, foreign or tampered cache is a miss, never an error."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook import config_file
+from nvhook.config import load as config_file
 from nvhook.sim import SimRoot
 from nvmount import cachefile
 from nvmount.discover.cache import cached_inventory, decode, encode

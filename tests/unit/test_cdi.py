@@ -22,8 +22,8 @@ from nvhook.cdi import spec as S
 from nvhook.cdi.generate import host_layout, host_spec, render
 from nvhook.cdi.hooks import gpu_devices, parse_args
 from nvhook.cdi.yamlish import dump, load
-from nvhook.config import HookConfig
-from nvhook.config_file import load_config
+from nvhook.config.load import load_config
+from nvhook.config.model import HookConfig
 from nvhook.errors import UsageError
 from nvhook.sim import SimRoot
 from tests.fixtures.sim import SIM_DEFAULT_SPEC, SimRootFactory

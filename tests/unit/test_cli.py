@@ -123,7 +123,7 @@ def test_non_gpu_container_is_silent(hook: Hook) -> None:
 
 
 def test_sample_bundle_from_its_directory(hook: Hook) -> None:
-    """The README's dry run: runc's cwd is the bundle, root.path is relative."""
+    """The dry run of docs/hook.md: runc's cwd is the bundle, root.path is relative."""
     proc = hook.run(["prestart", "--dry-run"], {"pid": 4242, "bundle": "."}, cwd=SAMPLE_BUNDLE)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -399,13 +399,12 @@ def test_dry_run_includes_the_engine_plan(hook: Hook, sim_root: Any) -> None:
     assert isinstance(result["plan"], dict)
 
 
-def test_readme_lists_every_deviation() -> None:
+def test_docs_list_every_deviation() -> None:
     from nvhook.deviations import DEVIATIONS
 
-    readme = (REPO / "README.md").read_text()
-    assert "## Hook decisions (`nvhook prestart`)" in readme
+    docs = (REPO / "docs" / "hook.md").read_text() + (REPO / "docs" / "runtimes.md").read_text()
     for topic, what, why in DEVIATIONS:
-        assert f"- **{topic}**: {what}. Why: {why}." in readme, topic
+        assert f"- **{topic}**: {what}. Why: {why}." in docs, topic
 
 
 def test_control_characters_in_errors_are_escaped() -> None:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from nvhook import config as cfgmod
-from nvhook import config_file
-from nvhook.config import HookConfig, config_from_document
-from nvhook.config_file import load_config
+from nvhook.config import load as config_file
+from nvhook.config import model as cfgmod
+from nvhook.config.load import load_config
+from nvhook.config.model import HookConfig, config_from_document
 from nvhook.errors import ConfigError
 from nvmount.capabilities import DriverCapability
 
@@ -554,7 +554,7 @@ def test_in_a_user_namespace_host_roots_files_are_trusted() -> None:
     directory.chmod(0o755)
     path = directory / "config.toml"
     path.write_text("x = 1\n")
-    code = ("import os, sys; from nvhook.config_file import untrusted_reason; "
+    code = ("import os, sys; from nvhook.config.load import untrusted_reason; "
             f"print(os.stat({str(path)!r}).st_uid, untrusted_reason({str(path)!r}, None))")
     try:
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

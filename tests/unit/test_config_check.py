@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvhook.config import config_from_document, is_driver_root, unknown_keys
-from nvhook.config_check import check_document
-from nvhook.config_default import default_text
+from nvhook.config.check import check_document
+from nvhook.config.default import default_text
+from nvhook.config.model import config_from_document, is_driver_root, unknown_keys
 from tests._compat import tomllib
 from tests.unit.test_cli import NVHOOK
 
@@ -32,7 +32,7 @@ def test_default_file_is_the_built_in_defaults() -> None:
 def test_default_file_names_every_key() -> None:
     """Every key nvhook reads is in the default file, active or as a commented example (but
     the test-only ones)."""
-    from nvhook.config import known_keys
+    from nvhook.config.model import known_keys
 
     text = default_text()
     for key in known_keys():

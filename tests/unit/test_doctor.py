@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.config import config_from_document
+from nvhook.config.model import config_from_document
 from nvhook.doctor import checks, host
 from nvhook.doctor.findings import HostPaths
 from nvhook.launchers import MARKER

@@ -361,7 +361,7 @@ def test_plan_only_without_a_driver(rootfs: Path, tmp_path: Path) -> None:
 
 # -- the hook bridge ----------------------------------------------------------------------
 def _config(sim: SimRoot) -> object:
-    from nvhook.config_file import load_config
+    from nvhook.config.load import load_config
 
     return load_config(sim.config_path, {}, cwd="/")
 
@@ -409,7 +409,7 @@ def test_run_engine_dry_run_document(sim_root: SimRoot, rootfs: Path) -> None:
     ("hook", False, "disabled"), ("", False, "disabled"), ("bogus", True, "mount"),
 ], ids=["ldconfig", "mount", "disabled", "hook", "empty", "other-with-opt-in"])
 def test_compat_mode_mapping(mode: str, allow: bool, expected: str) -> None:
-    from nvhook.config import FeaturesConfig, HookConfig, RuntimeConfig
+    from nvhook.config.model import FeaturesConfig, HookConfig, RuntimeConfig
     from nvhook.engine import compat_mode
 
     config = HookConfig(runtime=RuntimeConfig(modes_legacy_cuda_compat_mode=mode),

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvhook import gate
-from nvhook.config import HookConfig, config_from_document
-from nvhook.config_file import gate_facts
+from nvhook.config.load import gate_facts
+from nvhook.config.model import HookConfig, config_from_document
 from nvhook.errors import NvhookError
 from nvhook.oci import load_spec, load_state
 from nvhook.request import derive_request

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nvhook.cdi.generate import _Layout, _planner, host_layout
-from nvhook.config_file import load_config
+from nvhook.config.load import load_config
 from nvhook.engine import engine_options
 from nvhook.sim import SimRoot, SimSpec
 from nvmount.capabilities import DriverCapability as Cap

@@ -117,7 +117,7 @@ def test_installer_refuses_bad_settings(tmp_path: Path) -> None:
 def test_cdi_refresh_units() -> None:
     """The service writes the spec where CDI runtimes look (/var/run/cdi, a default spec dir),
     only with a driver; the path unit starts it when the driver changes."""
-    from nvhook.config import config_from_document
+    from nvhook.config.model import config_from_document
 
     service = (REPO / "packaging/systemd/nvhook-cdi-refresh.service").read_text()
     assert "ExecStart=/usr/bin/nvhook cdi generate --output /var/run/cdi/nvidia.yaml" in service

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nvhook import device_lists
-from nvhook.config import HookConfig, config_from_document
+from nvhook.config.model import HookConfig, config_from_document
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec
 from nvhook.request import (

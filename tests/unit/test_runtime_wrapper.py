@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.config_file import find_config
+from nvhook.config.load import find_config
 from nvhook.errors import ConfigError, WrapperError
 from nvhook.runtime.argv import parse_runtime_argv
 from nvhook.runtime.lowlevel import find_runtime

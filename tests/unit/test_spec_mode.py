@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvhook.config import config_from_document
+from nvhook.config.model import config_from_document
 from nvhook.delivery import delivered_by_spec
 from nvhook.errors import NvhookError, WrapperError
 from nvhook.oci import parse_spec

@@ -1,4 +1,4 @@
-"""nvhook.runtime.toml_subset: whenever it returns a document, tomllib returns the same one.
+"""nvhook.config.toml_subset: whenever it returns a document, tomllib returns the same one.
 
 The runtime wrapper reads config.toml with it on every runc call (tomllib costs several ms to
 import); anything outside its subset goes to tomllib, so the only property that matters is
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvhook.runtime.toml_subset import parse_simple
+from nvhook.config.toml_subset import parse_simple
 from tests._compat import tomllib
 
 NVIDIA_DEFAULT = """\

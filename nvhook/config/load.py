@@ -6,7 +6,7 @@ config.toml`. A missing explicit file is an error; missing default files mean bu
 defaults. The TOML document is parsed once per change of the file: it is kept in a root-only
 cache (`nvmount.cachefile`, /run/nvhook) keyed by the file's dev/inode/size/mtime/ctime and
 nvhook's version, so a container start with an unchanged config imports no TOML parser. The
-document is validated every time (`nvhook.config.config_from_document`).
+document is validated every time (`nvhook.config.model.config_from_document`).
 
 The hook's environment is an input an image may control (older runtimes and some wrappers hand
 the hook the container's environment), so a file named by the environment is honoured only
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from nvhook.config import HookConfig
+    from nvhook.config.model import HookConfig
 
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
@@ -141,7 +141,7 @@ def load_config(
     """The hook's configuration: from the file `find_config` names, else built-in defaults.
 
     The parsed document is cached with what `nvhook.gate` needs of the validated config."""
-    from nvhook.config import config_from_document
+    from nvhook.config.model import config_from_document
 
     path, origin = find_config(explicit_path, environ, cwd)
     if path is None:

@@ -1,7 +1,7 @@
 """Stage 0 of the hook: `config.toml` (NVIDIA's keys and defaults, hook-spec 2.1, plus `[nvhook]`).
 
 The schema, its defaults and the validation of a parsed document (`config_from_document`);
-finding and reading the file is `nvhook.config_file`. Pure but for two host-dependent
+finding and reading the file is `nvhook.config.load`. Pure but for two host-dependent
 defaults (`/etc/os-release`, whether `/sbin/ldconfig.real` exists).
 
 Dotted keys and tables are equivalent (TOML itself makes them so), unknown keys are ignored, a

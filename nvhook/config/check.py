@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from nvhook.config import _SCHEMA, config_from_document, known_keys, unknown_keys
+from nvhook.config.model import _SCHEMA, config_from_document, known_keys, unknown_keys
 from nvhook.errors import ConfigError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -124,7 +124,7 @@ def main_config(argv: list[str], opts: GlobalOptions) -> int:
     sub.add_parser("default", help="print the default config.toml")
     args = parser.parse_args(argv)
     if args.action == "default":
-        from nvhook.config_default import default_text
+        from nvhook.config.default import default_text
 
         sys.stdout.write(default_text())
         return 0
@@ -132,7 +132,7 @@ def main_config(argv: list[str], opts: GlobalOptions) -> int:
 
 
 def _run_check(opts: GlobalOptions, *, as_json: bool) -> int:
-    from nvhook.config_file import _read_toml, find_config
+    from nvhook.config.load import _read_toml, find_config
 
     path, origin = find_config(opts.config_path, os.environ, opts.cwd)
     findings: list[tuple[str, str, str]] = []
