@@ -7,7 +7,7 @@ dependencies were found in at install time to `sys.path`, after the standard lib
 
     kind     names (default)                                      calls
     hook     nvidia-container-runtime-hook, nvhook-hook           nvhook.cli.main
-    cli      nvidia-container-cli                                 nvhook.nvcli.cmd.main
+    cli      nvidia-container-cli                                 nvhook.compat.nvcli.cmd.main
     runtime  nvidia-container-runtime, nvhook-runtime             nvhook.runtime.wrapper.main
 
 `hook` and `cli` run as host root on behalf of a container (runc's hook with its cwd in the
@@ -87,7 +87,7 @@ _ENTRY = {
             "if _declined:  # a container that wants no GPU: nothing else to load\n"
             "    os._exit(0)\nfrom nvhook.cli import main\n\n"
             + _FAST_EXIT.format(args="cwd=_cwd, stdin=_stdin"),
-    "cli": "from nvhook.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
+    "cli": "from nvhook.compat.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
     "runtime": "from nvhook.runtime.wrapper import main\n\nsys.exit(main())\n",
 }
 

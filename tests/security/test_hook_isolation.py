@@ -290,7 +290,7 @@ def test_launcher_kinds(tmp_path: Path) -> None:
     for kind in ("hook", "cli"):
         assert 'os.chdir("/")' in texts[kind] and "nvhook_reexec" in texts[kind]
     assert "chdir" not in texts["runtime"] and "nvhook_reexec" not in texts["runtime"]
-    assert "from nvhook.nvcli.cmd import main" in texts["cli"]
+    assert "from nvhook.compat.nvcli.cmd import main" in texts["cli"]
     assert "from nvhook.runtime.wrapper import main" in texts["runtime"]
     for text in texts.values():
         assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in text
