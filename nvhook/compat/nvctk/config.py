@@ -154,8 +154,11 @@ def set_key(text: str, key: str, value: object) -> str:
     """`text` with `key` set to `value` (None: removed), comments kept where possible."""
     before = _loads(text)
     edited = _edit_lines(text, key, value)
-    if edited is not None and _only_changed(before, _loads(edited), key, value):
-        return edited
+    try:
+        if edited is not None and _only_changed(before, _loads(edited), key, value):
+            return edited
+    except CliError:
+        pass  # the line edit broke the document: written again as a whole below
     from nvhook.configure.tomlw import render
 
     doc = before
