@@ -43,7 +43,8 @@ class HookError(NvhookError):
 
 
 def _optional(run: HookRun, what: str, err: Exception) -> None:
-    run.log.warning(f"{what}: {err} (skipped: the container starts without it)")
+    why = (err.strerror or str(err)).lower() if isinstance(err, OSError) else str(err)
+    run.log.warning(f"{what}: {why} (skipped: the container starts without it)")
 
 
 # -- create-symlinks -------------------------------------------------------------------------

@@ -57,17 +57,19 @@ def modified(data: bytes) -> bytes | None:
     return b"\n".join(_OFF if line == _ON else line for line in lines)
 
 
-def bind_params(root: Root, procfs: ProcFs, libc: Libc, data: bytes) -> None:
-    """Mount a read-only copy holding `data` over the container's params file."""
+def bind_params(root: Root, procfs: ProcFs, libc: Libc, data: bytes, *,
+                target_path: str = PARAMS) -> None:
+    """Mount a read-only copy holding `data` over the container's params file (`target_path`,
+    a procfs regular file of the rootfs)."""
     from nvmount import _libc
     from nvmount.apply import mounts
     from nvmount.plan.types import RO_PROC, MountFlag
 
-    target = root.open_path(PARAMS, os.O_PATH, follow=False)
+    target = root.open_path(target_path, os.O_PATH, follow=False)
     try:
         if not stat.S_ISREG(os.fstat(target).st_mode) or \
                 libc.fstatfs_type(target) != _libc.PROC_SUPER_MAGIC:
-            raise MountError("check", PARAMS, "not the container's procfs file")
+            raise MountError("check", target_path, "not the container's procfs file")
         tree = mounts.make_tmpfs(0o755, MountFlag.NOSUID | MountFlag.NODEV | MountFlag.NOEXEC,
                                  libc, what="params copy")
         try:
@@ -81,8 +83,8 @@ def bind_params(root: Root, procfs: ProcFs, libc: Libc, data: bytes) -> None:
         finally:
             os.close(tree)
         try:
-            mounts.apply_flags(clone, RO_PROC, libc, what=PARAMS)
-            mounts.attach(clone, target, libc, what=PARAMS, procfs=procfs,
+            mounts.apply_flags(clone, RO_PROC, libc, what=target_path)
+            mounts.attach(clone, target, libc, what=target_path, procfs=procfs,
                           host_peers=mounts.peer_groups(procfs))
         finally:
             os.close(clone)
