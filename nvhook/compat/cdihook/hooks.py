@@ -25,7 +25,7 @@ from nvhook.errors import NvhookError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.compat.cdihook.cmd import HookRun
+    from nvhook.compat.cdihook.run import HookRun
     from nvhook.compat.cdihook.target import Target
     from nvhook.compat.urfave import Parsed
     from nvmount.cgroup.common import CgroupTarget

@@ -21,7 +21,7 @@ from nvhook.compat.urfave import BOOL, SLICE, CliError, Flag, parse_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.compat.nvctk.cmd import Context
+    from nvhook.compat.nvctk.context import Context
 
 _G = "NVIDIA_CTK_CDI_GENERATE_"
 _NO_HOOKS = ("nvhook's spec runs nvhook's own hooks (create-symlinks, update-ldcache, procfs), "
@@ -81,7 +81,7 @@ SUBCOMMANDS = [("generate", "Generate CDI specifications for use with CDI-enable
 
 
 def main(argv: list[str], ctx: Context) -> int:
-    from nvhook.compat.nvctk.cmd import COMMANDS, PROG
+    from nvhook.compat.nvctk.context import COMMANDS, PROG
 
     name = argv[0] if argv and not argv[0].startswith("-") else ""
     if name == "generate":

@@ -22,17 +22,15 @@ from __future__ import annotations
 import os
 import sys
 
+from nvhook.compat.nvctk.context import COMMANDS, PROG, Context
 from nvhook.compat.urfave import BOOL, CliError, Flag, HelpRequested, Log, parse, usage
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from nvhook.config.model import HookConfig
+    CommandMain = Callable[[list[str], Context], int]
 
-    CommandMain = Callable[[list[str], "Context"], int]
-
-PROG = "nvidia-ctk"
 SUMMARY = "Tools to configure the NVIDIA Container Toolkit (nvhook's drop-in)"
 GLOBAL_FLAGS = (
     Flag("debug", BOOL, aliases=("d",), env=("NVIDIA_CTK_DEBUG",),
@@ -42,36 +40,6 @@ GLOBAL_FLAGS = (
     Flag("config", env=("NVIDIA_CTK_CONFIG",), help="Path to the config file"),
     Flag("version", BOOL, aliases=("v",), help="print the version"),
 )
-COMMANDS = {
-    "hook": "A collection of hooks that may be injected into an OCI spec",
-    "runtime": "A collection of runtime-related utilities for the NVIDIA Container Toolkit",
-    "info": "Provide information about the system",
-    "cdi": "Provide tools for interacting with Container Device Interface specifications",
-    "system": "A collection of system-related utilities for the NVIDIA Container Toolkit",
-    "config": "Interact with the NVIDIA Container Toolkit configuration",
-}
-
-
-class Context:
-    """What every subcommand gets: the log, where the user was, stdin, env, --config."""
-
-    __slots__ = ("config_path", "cwd", "debug", "environ", "log", "stdin")
-
-    def __init__(self, log: Log, *, cwd: str | None, stdin: bytes | None,
-                 environ: Mapping[str, str], config_path: str | None, debug: bool) -> None:
-        self.log, self.cwd, self.stdin, self.environ = log, cwd, stdin, environ
-        self.config_path, self.debug = config_path, debug
-
-    def path(self, value: str) -> str:
-        """A user's path, absolute (relative ones against the starting directory)."""
-        return value if value.startswith("/") or not self.cwd else os.path.join(self.cwd, value)
-
-    def hook_config(self) -> HookConfig:
-        """config.toml as nvhook reads it (--config / NVIDIA_CTK_CONFIG first)."""
-        from nvhook.config.load import load_config
-
-        path = self.path(self.config_path) if self.config_path else None
-        return load_config(path, self.environ, cwd=self.cwd)
 
 
 def _loader(name: str) -> CommandMain:
@@ -97,7 +65,8 @@ def _loader(name: str) -> CommandMain:
 
 
 def _hook(argv: list[str], ctx: Context) -> int:
-    from nvhook.compat.cdihook.cmd import HookRun, run_hook
+    from nvhook.compat.cdihook.cmd import run_hook
+    from nvhook.compat.cdihook.run import HookRun
 
     run = HookRun(ctx.log, cwd=ctx.cwd, stdin=ctx.stdin, environ=ctx.environ,
                   config_path=ctx.path(ctx.config_path) if ctx.config_path else None)

@@ -27,7 +27,7 @@ from nvhook.compat.urfave import BOOL, SLICE, CliError, Flag, parse_bool, parse_
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.compat.nvctk.cmd import Context
+    from nvhook.compat.nvctk.context import Context
 
 DEFAULT_PATH = "/etc/nvidia-container-runtime/config.toml"
 FLAGS = (
@@ -44,7 +44,7 @@ _HEADER = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
 
 
 def main(argv: list[str], ctx: Context) -> int:
-    from nvhook.compat.nvctk.cmd import COMMANDS, PROG
+    from nvhook.compat.nvctk.context import COMMANDS, PROG
 
     if argv and argv[0] in DEFAULT_NAMES:
         p = parse_command(argv[1:], DEFAULT_FLAGS, command=f"{PROG} config default",

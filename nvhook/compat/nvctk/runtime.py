@@ -24,7 +24,7 @@ from nvhook.compat.urfave import BOOL, CliError, Flag, parse_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.compat.nvctk.cmd import Context
+    from nvhook.compat.nvctk.context import Context
 
 RUNTIMES = ("containerd", "crio", "docker")
 SPECIFIC_DEFAULT = "RUNTIME_SPECIFIC_DEFAULT"
@@ -54,7 +54,7 @@ FLAGS = (
 
 
 def main(argv: list[str], ctx: Context) -> int:
-    from nvhook.compat.nvctk.cmd import COMMANDS, PROG
+    from nvhook.compat.nvctk.context import COMMANDS, PROG
 
     sub = [("configure", "Add a runtime to the specified container engine")]
     if not argv or argv[0] != "configure":

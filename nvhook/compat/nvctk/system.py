@@ -26,7 +26,7 @@ from nvhook.compat.urfave import BOOL, CliError, Flag, parse_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.compat.nvctk.cmd import Context
+    from nvhook.compat.nvctk.context import Context
 
 BLOCKED = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 SYMLINK_FLAGS = (
@@ -58,7 +58,7 @@ SUBCOMMANDS = [("create-dev-char-symlinks", "A utility to create symlinks to pos
 
 
 def main(argv: list[str], ctx: Context) -> int:
-    from nvhook.compat.nvctk.cmd import COMMANDS, PROG
+    from nvhook.compat.nvctk.context import COMMANDS, PROG
 
     name = argv[0] if argv and not argv[0].startswith("-") else ""
     if name == SUBCOMMANDS[0][0]:
