@@ -148,13 +148,14 @@ def with_root(target: Target, libc: Libc, action: Callable[[Root, ProcFs], T], *
               mounts: bool = False) -> T:
     """`action(root, procfs)` on the container's rootfs in its mount namespace. `mounts`:
     the action mounts, so the rootfs's /proc must be the container's procfs mount."""
-    from nvmount.apply.namespace import entered
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
     with ProcFs.open(libc) as procfs:
         if target.in_container:
             return _act(target, libc, procfs, action, mounts, Root)
+        from nvmount.apply.namespace import entered
+
         with entered(target.mntns_fd, libc):
             return _act(target, libc, procfs, action, mounts, Root)
 
