@@ -152,6 +152,59 @@ def test_nvidia_1178_spec_with_podman(client_rig: ClientRig, gpu_install: GpuIns
         k: want[k] for k in ("links", "cache", "nodes")}, proc.stdout
 
 
+# -- the install guide's flows, verbatim but for the private config paths -----------------------
+def ctk(install: GpuInstall, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed nvidia-ctk drop-in, with the launchers' directory on PATH (as /usr/bin is
+    for the package)."""
+    return subprocess.run([str(install.prefix / "nvidia-ctk"), *args], capture_output=True,
+                          text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
+                          env={"PATH": f"{install.prefix}:/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def test_install_guide_docker_flow(client_rig: ClientRig, gpu_install: GpuInstall) -> None:
+    """`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker`, then
+    `docker run --runtime=nvidia`."""
+    from tests.e2e.test_runtimes import check_gpus
+    from tests.fixtures.gpu_clients import PROBE as GPU_PROBE
+
+    daemon = client_rig.docker(start=False, extra_path=(gpu_install.prefix,))
+    config = daemon.write_config()
+    proc = ctk(gpu_install, "runtime", "configure", "--runtime=docker", f"--config={config}")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(config.read_text())["runtimes"]["nvidia"]["path"] == str(
+        gpu_install.prefix / "nvidia-container-runtime")
+    daemon.start()
+    daemon.import_rootfs(client_rig.rootfs, "nvhook.test/busybox:latest")
+    run = daemon.run(GPU_PROBE, flags=["-e", "NVIDIA_VISIBLE_DEVICES=3"], runtime="nvidia")
+    check_gpus(run, gpu_install, [3])
+
+
+def test_install_guide_containerd_flow(client_rig: ClientRig, gpu_install: GpuInstall) -> None:
+    """`nvidia-ctk runtime configure --runtime=containerd --set-as-default`: containerd loads
+    the drop-in (`containerd config dump`), the main file is untouched."""
+    from tests.fixtures.clientrig.containerd import config_dump, containerd_config
+    from tests.fixtures.clients import require_binaries
+
+    require_binaries(Path("/usr/bin/containerd"))
+    work = client_rig.workdir("ctk-containerd")
+    main = work / "config.toml"
+    main.write_text(containerd_config(work, imports=[f"{work}/conf.d/*.toml"],
+                                      disable_cri=False))
+    before = main.read_bytes()
+    proc = ctk(gpu_install, "runtime", "configure", "--runtime=containerd", f"--config={main}",
+               f"--drop-in-config={work}/conf.d/99-nvidia.toml", "--set-as-default",
+               "--cdi.enabled")
+    assert proc.returncode == 0, proc.stderr
+    assert main.read_bytes() == before
+    dump = config_dump(main, timings=client_rig.timings)
+    assert dump.returncode == 0, describe(dump)
+    wrapper = gpu_install.prefix / "nvidia-container-runtime"
+    assert f'BinaryName = "{wrapper}"' in dump.stdout
+    assert 'default_runtime_name = "nvidia"' in dump.stdout
+    # containerd 1.6 has no CDI setting (1.7+ does): the drop-in has it, as 1.20's
+    assert "enable_cdi = true" in (work / "conf.d/99-nvidia.toml").read_text()
+
+
 # -- hostile images ------------------------------------------------------------------------------
 FAKE_CONTAINER = """set -e
 mount -t proc proc {rootfs}/proc
@@ -306,3 +359,34 @@ def test_spec_fixtures_are_nvidias() -> None:
                                "update-ldcache", "disable-device-node-modification",
                                "update-application-profile"]
     assert "update-ldcache" in hooks["1.17.8"] and "create-symlinks" in hooks["1.17.8"]
+
+
+def test_hooks_load_little(tmp_path: Path) -> None:
+    """A CDI hook runs at every container start: its common hooks import none of the modules
+    the hook's own hot path avoids (tests/e2e/test_hot_path.py)."""
+    import _prctl  # type: ignore[import-not-found]
+
+    from tests.e2e.test_hot_path import FORBIDDEN
+
+    bundle = tmp_path / "b"
+    (bundle / "rootfs/proc").mkdir(parents=True)
+    (bundle / "config.json").write_text('{"ociVersion": "1.0.2", "root": {"path": "rootfs"}}')
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"ociVersion": "1.0.2", "id": "x", "pid": os.getpid(),
+                                 "bundle": str(bundle)}))
+    paths = [str(Path(__file__).parents[2]), os.path.dirname(_prctl.__file__)]
+    program = f"""
+import sys
+sys.path.extend({paths!r})
+from nvhook.compat.cdihook.cmd import main
+for argv in (["create-symlinks", "--link", "a::/usr/lib/b"], ["update-application-profile"],
+             ["enable-cuda-compat", "--host-driver-version=550.54.15"], ["noop"]):
+    assert main([*argv, "--container-spec", {str(state)!r}] if argv != ["noop"] else argv,
+                environ={{}}) == 0
+print(" ".join(sorted(sys.modules)))
+"""
+    proc = subprocess.run(["/usr/bin/python3", "-IS", "-c", program], capture_output=True,
+                          text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert set(proc.stdout.split()) & FORBIDDEN == set()
+    assert (bundle / "rootfs/usr/lib/b").is_symlink()

@@ -158,8 +158,6 @@ def enable_cuda_compat(run: HookRun, p: Parsed) -> None:
 def _compat_lib(run: HookRun, root: Root, procfs: ProcFs, compat_root: str, host_driver: str,
                 host_cuda: str) -> str | None:
     """The container directory of the compat libcuda to use, None to leave things alone."""
-    import fnmatch
-
     from nvhook.compat.cdihook import cudacompat, files
 
     listed = files.list_dir(root, compat_root)
@@ -168,7 +166,7 @@ def _compat_lib(run: HookRun, root: Root, procfs: ProcFs, compat_root: str, host
         return None
     fd, names = listed
     try:
-        libs = sorted(n for n in names if fnmatch.fnmatchcase(n, "libcuda.so.*.*")
+        libs = sorted(n for n in names if n.startswith("libcuda.so.") and "." in n[11:]
                       and stat.S_ISREG(getattr(files.stat_entry(fd, n), "st_mode", 0)))
         if len(libs) != 1:
             if libs:
