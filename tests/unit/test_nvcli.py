@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.errors import UsageError
 from nvhook.compat.nvcli.args import parse_cli
 from nvhook.compat.nvcli.cmd import engine_request, error_text
+from nvhook.errors import UsageError
 from nvhook.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
 from nvmount.errors import MountError, RequirementError, SelectionError
