@@ -97,8 +97,8 @@ COMMANDS: dict[str, Command] = {
     "list": Command("list the host files a container could get", _list),
     "sim": Command("create a simulated driver (and its prestart step)", _sim),
     "demo": Command("start a GPU container under runc, print its nvidia-smi", _demo),
-    "install": Command("write the launchers: hook, runtime wrapper, nvidia-container-cli",
-                       _install),
+    "install": Command("write the launchers: hook, runtime wrapper, nvidia-container-cli, "
+                       "nvidia-ctk, nvidia-cdi-hook", _install),
     "runtime": Command("configure: register nvhook with docker, containerd, crio or podman",
                        _runtime),
     "config": Command("check config.toml (check [--json]) or print the default one (default)",

@@ -1,4 +1,5 @@
-"""Where nvhook deliberately differs from NVIDIA's hook, runtime, CLI and nvidia-ctk (v1.17.8).
+"""Where nvhook deliberately differs from NVIDIA's hook, runtime, CLI (v1.17.8) and nvidia-ctk /
+nvidia-cdi-hook (v1.20.0).
 
 The one list of deviations: docs/hook.md and docs/runtimes.md repeat it (a test keeps them in
 step). Each entry is (topic, what nvhook does, why).
@@ -262,5 +263,65 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "host; a compute request without /dev/nvidia-uvm warns",
         "libnvc delegates to the nvidia-modprobe setuid binary and silently leaves a missing "
         "uvm node out",
+    ),
+    (
+        "nvidia-cdi-hook: where a hook works",
+        "the container comes from the state's bundle (`root.path`); a hook inside the "
+        "container's namespaces (a createContainer hook: its pid namespace is not /proc's, or "
+        "the state's pid is its parent) works in its own mount namespace, any other enters the "
+        "container's through a pidfd, never its own; every path is resolved in the rootfs "
+        "(openat2 RESOLVE_IN_ROOT, no magic links), links and files are written to a temporary "
+        "name and renamed, and no device, FIFO or socket of the image is opened",
+        "runc gives createContainer hooks the init's pid in the container's pid namespace (1) "
+        "while /proc is still the host's; NVIDIA's path-string resolution was CVE-2026-24260 "
+        "and its ldconfig CVE-2025-23267",
+    ),
+    (
+        "nvidia-cdi-hook: optional targets",
+        "the application profile, the CUDA compat ld.so.conf.d file and the params view that "
+        "cannot be written (a read-only /etc, a magic link or a FIFO where a directory "
+        "belongs) are a warning and the container starts; an ldconfig failure is a warning "
+        "unless `[nvhook] ldconfig-required`",
+        "NVIDIA's update-application-profile fails every container when /etc/nvidia is "
+        "read-only (1.20.0, NVIDIA/nvidia-container-toolkit#2026); none of them is needed to "
+        "run CUDA",
+    ),
+    (
+        "nvidia-cdi-hook: disable-device-node-modification and update-ldcache",
+        "the read-only params copy is bound from a detached tmpfs (new mount API): nothing is "
+        "created in the container; update-ldcache runs the sandboxed host ldconfig with the "
+        "image's 00-compat-*.conf directories first and the folders, and writes no "
+        "00-nvcr-*/zz-nvcr-* files into the image",
+        "NVIDIA makes a scratch directory and a tmpfs inside the container's root and leaves "
+        "them there; the compat-first order is the precedence NVIDIA's file names give",
+    ),
+    (
+        "nvidia-ctk cdi generate",
+        "the spec is nvhook's (its hooks, `index` naming by index and UUID); --mode other than "
+        "auto, nvml, wsl, csv, --disable-hook/--enable-hook, --config-search-path, "
+        "--library-search-path, --ldconfig-path, the --csv.* flags, a --dev-root other than "
+        "the driver root and feature flags other than no-additional-gids-for-device-nodes and "
+        "disable-nvsandboxutils are refused by name",
+        "one plan, several deliveries: a second generator would drift from the hook; a flag "
+        "that would change nothing must not be silently accepted",
+    ),
+    (
+        "nvidia-ctk runtime configure",
+        "1.20's flags drive `nvhook runtime configure`: the installed wrapper's absolute path "
+        "unless --nvidia-runtime-path; containerd and CRI-O only through a drop-in "
+        "(--drop-in-config=\"\" is refused), --config-source=command refused; with "
+        "--cdi.enabled daemon.json's other `features` are kept",
+        "1.20 writes the bare `nvidia-container-runtime` that dockerd resolves on its own PATH, "
+        "can rewrite containerd's main file, and drops daemon.json's other features",
+    ),
+    (
+        "nvidia-ctk config, cdi list, system",
+        "`config --set` edits the file line by line keeping its comments (a full rewrite only "
+        "when a line edit cannot say it), knows nvhook's keys too and refuses an in-place "
+        "result `config check` calls an error; `cdi list` without --spec-dir reads "
+        "config.toml's spec-dirs; `create-dev-char-symlinks` searches DRIVER_ROOT/dev and "
+        "--create-all uses the GPUs' real minors",
+        "NVIDIA re-serializes the whole file; 1.20.0 searches /dev whatever --driver-root says "
+        "and numbers GPU nodes by PCI index",
     ),
 )

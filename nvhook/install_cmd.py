@@ -6,14 +6,17 @@ site module (`#!/usr/bin/python3 -IS`; a shebang passes one argument, so `-I -S`
 `-IS`); what each kind does before calling nvhook is in `nvhook.launchers`.
 
     nvhook install [--prefix DIR] [--name NAME ...] [--runtime-name NAME ...]
-                   [--cli-name NAME ...] [--config PATH] [--python PATH] [--force]
-                   [--print [hook|cli|runtime]]
+                   [--cli-name NAME ...] [--ctk-name NAME ...] [--cdi-hook-name NAME ...]
+                   [--config PATH] [--python PATH] [--force]
+                   [--print [hook|cli|runtime|ctk|cdihook]]
     nvhook install --uninstall [--prefix DIR] [--name NAME ...] [...]
 
 `--prefix` is the directory the launchers are written to (default /usr/local/bin). Default
 names: the hook `nvidia-container-runtime-hook` (the name Docker's `--gpus` looks up on its
 PATH) and `nvhook-hook`; the wrapper `nvidia-container-runtime` and `nvhook-runtime`; the CLI
-`nvidia-container-cli` (the name containerd's `--gpus`, nerdctl, enroot and Apptainer run).
+`nvidia-container-cli` (the name containerd's `--gpus`, nerdctl, enroot and Apptainer run);
+`nvidia-ctk` and `nvidia-cdi-hook` (NVIDIA 1.20's commands: install guides, operators and the
+hooks of NVIDIA-written CDI specs call them).
 Naming launchers of one kind writes only the named ones (`--name a` writes only the hook `a`).
 `--config PATH` records a config file the launchers use unless NVIDIA_CTK_CONFIG_FILE_PATH is
 set. Re-run after moving or upgrading the installation: a launcher that cannot import nvhook
@@ -46,10 +49,12 @@ _MODULES = ("nvhook", "nvmount", "prctl", "psutil")
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="nvhook install",
-        description="write the isolated launchers: hook, runtime wrapper, nvidia-container-cli")
+        description="write the isolated launchers: hook, runtime wrapper, nvidia-container-cli, "
+                    "nvidia-ctk, nvidia-cdi-hook")
     parser.add_argument("--prefix", default=DEFAULT_PREFIX,
                         help=f"directory to write the launchers to (default {DEFAULT_PREFIX})")
-    for flag, kind in (("--name", "hook"), ("--runtime-name", "runtime"), ("--cli-name", "cli")):
+    for flag, kind in (("--name", "hook"), ("--runtime-name", "runtime"), ("--cli-name", "cli"),
+                       ("--ctk-name", "ctk"), ("--cdi-hook-name", "cdihook")):
         parser.add_argument(flag, action="append", dest=f"{kind}_names", metavar="NAME",
                             help=f"{kind} launcher file name; repeatable (default: "
                                  + ", ".join(DEFAULT_LAUNCHERS[kind]) + ")")

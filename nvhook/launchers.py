@@ -7,11 +7,15 @@ dependencies were found in at install time to `sys.path`, after the standard lib
 
     kind     names (default)                                      calls
     hook     nvidia-container-runtime-hook, nvhook-hook           nvhook.cli.main
-    cli      nvidia-container-cli                                 nvhook.nvcli.cmd.main
+    cli      nvidia-container-cli                                 nvhook.compat.nvcli.cmd.main
     runtime  nvidia-container-runtime, nvhook-runtime             nvhook.runtime.wrapper.main
+    ctk      nvidia-ctk                                           nvhook.compat.nvctk.cmd.main
+    cdihook  nvidia-cdi-hook                                      nvhook.compat.cdihook.cmd.main
 
-`hook` and `cli` run as host root on behalf of a container (runc's hook with its cwd in the
-bundle; containerd's `oci-hook` with ctr's environment): they re-execute themselves once
+`hook`, `cli`, `ctk` and `cdihook` run as host root, the last two often on behalf of a
+container (a CDI spec's createContainer hooks, which runc < 1.3 hands the container's
+environment when the spec gives none; containerd's `oci-hook` runs the CLI with ctr's
+environment): they re-execute themselves once
 without dynamic-loader variables (LD_*, GCONV_PATH, ...), record the working directory and
 change to "/". `runtime` is what containerd or dockerd run instead of runc: it keeps its
 environment and working directory, which the low-level runtime must get unchanged (runc's
@@ -24,11 +28,13 @@ and containerd's `--gpus` run the hook or the CLI with no way to pass `--config`
 
 from __future__ import annotations
 
-KINDS = ("hook", "cli", "runtime")
+KINDS = ("hook", "cli", "runtime", "ctk", "cdihook")
 DEFAULT_NAMES = {
     "hook": ("nvidia-container-runtime-hook", "nvhook-hook"),
     "cli": ("nvidia-container-cli",),
     "runtime": ("nvidia-container-runtime", "nvhook-runtime"),
+    "ctk": ("nvidia-ctk",),
+    "cdihook": ("nvidia-cdi-hook",),
 }
 MARKER = "# nvhook hook launcher"  # every kind carries it (install replaces only its own files)
 CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
@@ -87,8 +93,12 @@ _ENTRY = {
             "if _declined:  # a container that wants no GPU: nothing else to load\n"
             "    os._exit(0)\nfrom nvhook.cli import main\n\n"
             + _FAST_EXIT.format(args="cwd=_cwd, stdin=_stdin"),
-    "cli": "from nvhook.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
+    "cli": "from nvhook.compat.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
     "runtime": "from nvhook.runtime.wrapper import main\n\nsys.exit(main())\n",
+    "ctk": "from nvhook.compat.nvctk.cmd import main\n\n"
+           + _FAST_EXIT.format(args="sys.argv[1:], cwd=_cwd"),
+    "cdihook": "import gc\n\ngc.disable()\nfrom nvhook.compat.cdihook.cmd import main\n\n"
+               + _FAST_EXIT.format(args="sys.argv[1:], cwd=_cwd"),
 }
 
 

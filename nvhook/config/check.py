@@ -26,6 +26,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from nvhook.flags import GlobalOptions
 
+_JIT = ("nvhook's runtime has no jit-cdi mode (the hook, or the wrapper's spec mode, applies "
+        "the engine's plan); for a spec file: nvidia-ctk cdi generate --feature-flag")
 # Keys NVIDIA's tools read that change nothing in nvhook, and why.
 UNUSED: dict[str, str] = {
     "nvidia-container-cli.path": "nvhook's engine runs in the hook's process: there is no "
@@ -35,14 +37,29 @@ UNUSED: dict[str, str] = {
                                      "file descriptors in the container's mount namespace",
     "nvidia-container-cli.user": "no unprivileged helper process: NVML runs in a child of "
                                  "the hook with the hook's credentials",
-    "nvidia-ctk.path": "nvhook needs no nvidia-ctk (its own launcher runs CDI hooks)",
+    "nvidia-ctk.path": "nvhook's runtime adds no nvidia-ctk hooks (no jit-cdi mode); "
+                       "/usr/bin/nvidia-ctk is nvhook's drop-in",
     "features.disable-cuda-compat-lib-hook": "there is no separate compat hook: "
                                              "nvidia-container-runtime.modes.legacy."
                                              "cuda-compat-mode decides",
+    # NVIDIA 1.20's keys
+    "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags": _JIT,
+    "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks": _JIT,
+    "nvidia-container-runtime.modes.csv.compat-container-root":
+        "nvhook's CSV (Tegra) backend finds CUDA compat libraries as for every image "
+        "(/usr/local/cuda/compat)",
+    "features.allow-unknown-oci-spec-fields": "nvhook's runtime wrapper edits config.json as "
+                                              "JSON and keeps every field, known or not",
+    "features.no-additional-gids-for-device-nodes": "nvhook's CDI specs carry no "
+                                                    "additionalGids (cdiVersion 0.5.0)",
 }
 _LEVELS = ("error", "warning", "note")
-_DEFAULTS: dict[str, Any] = {"nvidia-container-cli": {"environment": []}, "nvidia-ctk": {
-    "path": "nvidia-ctk"}}  # the defaults of UNUSED keys that have one
+_DEFAULTS: dict[str, Any] = {  # the defaults of UNUSED keys
+    "nvidia-container-cli": {"environment": []}, "nvidia-ctk": {"path": "nvidia-ctk"},
+    "nvidia-container-runtime": {"modes": {"csv": {"compat-container-root": ""}, "jit-cdi": {
+        "nvcdi-feature-flags": [], "nvcdi-disable-hooks": []}}},
+    "features": {"allow-unknown-oci-spec-fields": False, "disable-cuda-compat-lib-hook": False,
+                 "no-additional-gids-for-device-nodes": False}}
 
 
 def check_document(document: dict[str, Any], path: str) -> list[tuple[str, str, str]]:

@@ -45,7 +45,13 @@ default-kind = "nvidia.com/gpu"
 spec-dirs = ["/etc/cdi", "/var/run/cdi"]
 
 [nvidia-container-runtime.modes.csv]
+#compat-container-root = ""
 mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
+
+# NVIDIA 1.20's jit-cdi mode (read for compatibility; nvhook has no jit-cdi mode)
+#[nvidia-container-runtime.modes.jit-cdi]
+#nvcdi-disable-hooks = []
+#nvcdi-feature-flags = []
 
 [nvidia-container-runtime.modes.legacy]
 cuda-compat-mode = "ldconfig"
@@ -60,9 +66,11 @@ path = "nvidia-ctk"
 [features]
 #allow-cuda-compat-libs-from-container = false
 #allow-ldconfig-from-container = false
+#allow-unknown-oci-spec-fields = false
 #disable-cuda-compat-lib-hook = false
 #disable-imex-channel-creation = false
 #ignore-imex-channel-requests = false
+#no-additional-gids-for-device-nodes = false
 
 # nvhook's own settings (NVIDIA's tools ignore this table)
 [nvhook]

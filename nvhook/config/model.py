@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from nvhook.config.host import default_ldconfig, default_user, normalise_ldconfig
 from nvhook.errors import ConfigError
 from nvmount.bounds import shorten
 from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
@@ -59,6 +60,9 @@ class RuntimeConfig:
     modes_cdi_annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
     modes_cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
     modes_legacy_cuda_compat_mode: str = "ldconfig"
+    modes_csv_compat_container_root: str = ""  # 1.20: the CSV images' CUDA compat dir
+    modes_jit_cdi_nvcdi_feature_flags: tuple[str, ...] = ()  # 1.20, jit-cdi only
+    modes_jit_cdi_nvcdi_disable_hooks: tuple[str, ...] = ()  # 1.20, jit-cdi only
 
 
 @record
@@ -85,6 +89,8 @@ class FeaturesConfig:
     disable_cuda_compat_lib_hook: bool = False
     disable_imex_channel_creation: bool = False
     ignore_imex_channel_requests: bool = False
+    allow_unknown_oci_spec_fields: bool = False  # 1.20: runtime's strict config.json decoding
+    no_additional_gids_for_device_nodes: bool = False  # 1.20: CDI additionalGids
 
 
 @record
@@ -157,6 +163,12 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvidia-container-runtime.modes.cdi.spec-dirs", "runtime", "modes_cdi_spec_dirs", _LIST),
     ("nvidia-container-runtime.modes.legacy.cuda-compat-mode", "runtime",
      "modes_legacy_cuda_compat_mode", _STR),
+    ("nvidia-container-runtime.modes.csv.compat-container-root", "runtime",
+     "modes_csv_compat_container_root", _STR),
+    ("nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags", "runtime",
+     "modes_jit_cdi_nvcdi_feature_flags", _LIST),
+    ("nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks", "runtime",
+     "modes_jit_cdi_nvcdi_disable_hooks", _LIST),
     ("nvidia-container-runtime-hook.path", "runtime_hook", "path", _STR),
     ("nvidia-container-runtime-hook.skip-mode-detection", "runtime_hook",
      "skip_mode_detection", _BOOL),
@@ -167,6 +179,9 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("features.disable-cuda-compat-lib-hook", "features", "disable_cuda_compat_lib_hook", _BOOL),
     ("features.disable-imex-channel-creation", "features", "disable_imex_channel_creation", _BOOL),
     ("features.ignore-imex-channel-requests", "features", "ignore_imex_channel_requests", _BOOL),
+    ("features.allow-unknown-oci-spec-fields", "features", "allow_unknown_oci_spec_fields", _BOOL),
+    ("features.no-additional-gids-for-device-nodes", "features",
+     "no_additional_gids_for_device_nodes", _BOOL),
     ("nvhook.proc-root", "nvhook", "proc_root", _STR),
     ("nvhook.timing-log", "nvhook", "timing_log", _STR),
     ("nvhook.ldconfig-required", "nvhook", "ldconfig_required", _BOOL),
@@ -340,44 +355,6 @@ def parse_supported_capabilities(value: str) -> DriverCapability:
             f"{shorten(value, 200)} (supported: {','.join(KNOWN_CAPABILITIES)})"
         )
     return DriverCapability.from_names(names)
-
-
-def normalise_ldconfig(value: str, allow_from_container: bool, *, checked: bool) -> str:
-    """The '@' rule and normalisation of `nvidia-container-cli.ldconfig` (hook-spec 1.16).
-
-    "@<path>" names a host binary: one trailing ".real" is dropped, then "@<path>.real" is used
-    if that file exists on the host. Other values are container paths, allowed only with
-    `features.allow-ldconfig-from-container` (the check applies to loaded files only).
-    """
-    if value.startswith("@"):
-        host_path = value[1:].removesuffix(".real")
-        return f"@{host_path}.real" if os.path.exists(host_path + ".real") else f"@{host_path}"
-    if checked and not allow_from_container:
-        raise ConfigError(
-            f'nvidia-container-cli.ldconfig value "{shorten(value, 200)}" is not host-relative '
-            "(does not start with a '@'): invalid config value (use '@/sbin/ldconfig', or set "
-            "features.allow-ldconfig-from-container = true to run the container's own)"
-        )
-    return value
-
-
-def default_ldconfig() -> str:
-    return "@/sbin/ldconfig.real" if os.path.exists("/sbin/ldconfig.real") else "@/sbin/ldconfig"
-
-
-def default_user(os_release: str = "/etc/os-release") -> str:
-    """"root:video" on SUSE hosts (ID_LIKE names suse or opensuse), else ""."""
-    try:
-        with open(os_release, encoding="utf-8", errors="replace") as stream:
-            lines = stream.read(65536).splitlines()
-    except OSError:
-        return ""
-    for line in lines:
-        if line.startswith("ID_LIKE="):
-            words = line[len("ID_LIKE=") :].strip().strip("\"'").split()
-            if "suse" in words or "opensuse" in words:
-                return "root:video"
-    return ""
 
 
 _GO_SPACE = frozenset(

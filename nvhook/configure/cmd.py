@@ -3,7 +3,7 @@
     nvhook runtime configure [--runtime=docker|containerd|crio|podman] [--config=PATH]
         [--drop-in=PATH] [--hooks-dir=DIR] [--runtime-name=NAME] [--runtime-path=PATH]
         [--hook-path=PATH] [--hook-config=PATH] [--config-mode=config-file|oci-hook]
-        [--set-as-default] [--dry-run]
+        [--set-as-default] [--enable-cdi] [--dry-run]
 
 docker: daemon.json (`--config`, default /etc/docker/daemon.json) gets `runtimes.<name>`.
 containerd: a drop-in (`--drop-in`, default /etc/containerd/conf.d/99-nvidia.toml) built from
@@ -66,6 +66,8 @@ def _parser() -> _Parser:
     p.add_argument("--config-mode", default="config-file", choices=("config-file", "oci-hook"))
     p.add_argument("--set-as-default", "--nvidia-set-as-default", dest="set_default",
                    action="store_true")
+    p.add_argument("--enable-cdi", "--cdi.enabled", dest="enable_cdi", action="store_true",
+                   help="docker: features.cdi; containerd: the CRI plugin's enable_cdi")
     p.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
     return p
 
@@ -145,7 +147,8 @@ def _docker(args: argparse.Namespace) -> int:
     runtime_path = args.runtime_path or find_installed("nvidia-container-runtime")
     current = read_text(path)
     doc = docker.configure(docker.decode(current or "", path), args.name, runtime_path,
-                           set_default=args.set_default, where=path)
+                           set_default=args.set_default, where=path,
+                           enable_cdi=args.enable_cdi)
     text = docker.render(doc)
     docker.decode(text, path)  # reads back
     return _finish(args, path, current, text, "docker")
@@ -161,12 +164,16 @@ def _drop_in(args: argparse.Namespace) -> int:
     main_doc, current = read_toml(main_path), read_text(drop_path)
     drop_doc = read_toml(drop_path) if current is not None else None
     if args.runtime == "crio":
+        if args.enable_cdi:
+            sys.stderr.write("warning: --enable-cdi ignored for crio (CRI-O reads CDI specs "
+                             "without a setting)\n")
         doc = crio.configure(main_doc, drop_doc, args.name, runtime_path,
                              set_default=args.set_default, where=drop_path)
     else:
         version = containerd.config_version(main_doc, _containerd_default_version())
         doc = containerd.configure(main_doc, drop_doc, version, args.name, runtime_path,
-                                   set_default=args.set_default, where=drop_path)
+                                   set_default=args.set_default, where=drop_path,
+                                   enable_cdi=args.enable_cdi)
         _containerd_warnings(main_doc, main_path, drop_path, version)
     return _finish(args, drop_path, current, render_checked(doc, drop_path), args.runtime)
 

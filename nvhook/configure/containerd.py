@@ -82,8 +82,10 @@ def runtime_table(main: dict[str, Any] | None, version: int, path: str) -> dict[
 
 
 def configure(main: dict[str, Any] | None, drop_in: dict[str, Any] | None, version: int,
-              name: str, path: str, *, set_default: bool, where: str) -> dict[str, Any]:
-    """The drop-in document: `drop_in` (or nothing) with the runtime `name` set."""
+              name: str, path: str, *, set_default: bool, where: str,
+              enable_cdi: bool = False) -> dict[str, Any]:
+    """The drop-in document: `drop_in` (or nothing) with the runtime `name` set (and, with
+    `enable_cdi`, the CRI plugin's `enable_cdi = true`)."""
     out = copy.deepcopy(drop_in) if drop_in else {}
     if out.get("version", version) != version:
         raise ConfigureError(f"refuse to edit {where}: it has version {out.get('version')!r} "
@@ -100,6 +102,8 @@ def configure(main: dict[str, Any] | None, drop_in: dict[str, Any] | None, versi
     runtimes[name] = runtime_table(main, version, path)
     if set_default:
         node["default_runtime_name"] = name
+    if enable_cdi:
+        out["plugins"][CRI_PLUGINS[version]]["enable_cdi"] = True
     return out
 
 

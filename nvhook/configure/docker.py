@@ -41,8 +41,9 @@ def decode(text: str, path: str) -> dict[str, Any]:
 
 
 def configure(doc: dict[str, Any], name: str, path: str, *, set_default: bool,
-              where: str) -> dict[str, Any]:
-    """A copy of `doc` with runtime `name` -> `path` (and the default runtime)."""
+              where: str, enable_cdi: bool = False) -> dict[str, Any]:
+    """A copy of `doc` with runtime `name` -> `path` (and the default runtime; with
+    `enable_cdi`, `"features": {"cdi": true}`, other features kept)."""
     out = copy.deepcopy(doc)
     runtimes = out.setdefault("runtimes", {})
     if not isinstance(runtimes, dict):
@@ -54,6 +55,11 @@ def configure(doc: dict[str, Any], name: str, path: str, *, set_default: bool,
     entry["path"] = path
     if set_default:
         out["default-runtime"] = name
+    if enable_cdi:
+        features = out.setdefault("features", {})
+        if not isinstance(features, dict):
+            raise ConfigureError(f"refuse to edit {where}: \"features\" is not an object")
+        features["cdi"] = True
     return out
 
 

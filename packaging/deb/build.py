@@ -2,7 +2,7 @@
 
 Why dpkg-deb and not debhelper/pybuild: nvhook is pure Python with no build step, so the
 package is its sources laid out where Debian's python3 finds them
-(/usr/lib/python3/dist-packages), five launchers, a conffile and a few data files. A staged
+(/usr/lib/python3/dist-packages), its launchers, a conffile and a few data files. A staged
 tree needs only dpkg-deb (present on every Debian system) and builds in about a second in CI,
 where debhelper would pull a toolchain of build dependencies for no gain. The maintainer
 scripts do what dh_python3 would generate: byte-compile on configure (py3compile), remove the
@@ -35,7 +35,7 @@ PYTHON = "/usr/bin/python3"
 # /usr/bin name -> launcher kind (nvhook.launchers): NVIDIA's names are what runtimes run
 LAUNCHERS = {"nvhook": "hook", "nvidia-container-runtime-hook": "hook", "nvhook-hook": "hook",
              "nvidia-container-runtime": "runtime", "nvhook-runtime": "runtime",
-             "nvidia-container-cli": "cli"}
+             "nvidia-container-cli": "cli", "nvidia-ctk": "ctk", "nvidia-cdi-hook": "cdihook"}
 CONFFILE = "etc/nvidia-container-runtime/config.toml"
 HOOKS_JSON = "usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 
@@ -62,7 +62,7 @@ def stage(root: Path) -> None:
     _write_gz(root / "usr/share/man/man1/nvhook.1.gz", manpage.render(__version__))
     for name in ("nvidia-container-runtime-hook", "nvidia-container-runtime",
                  "nvidia-container-cli", "nvhook-runtime", "nvhook-hook",
-                 "nvidia-container-toolkit"):
+                 "nvidia-container-toolkit", "nvidia-ctk", "nvidia-cdi-hook"):
         (root / f"usr/share/man/man1/{name}.1.gz").symlink_to("nvhook.1.gz")
 
 

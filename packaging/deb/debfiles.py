@@ -11,8 +11,12 @@ Relations with NVIDIA's packages (v1.17.8, hook-spec 4.3), all reasoned by the f
 - Provides nvidia-container-toolkit (= 1.17.8) and libnvidia-container-tools (= 1.17.8):
   packages that depend on them for the hook, the runtime or the CLI (nvidia-docker2, which
   only adds Docker's daemon.json) are satisfied by nvhook, which implements their v1.17.8
-  behaviour. Not nvidia-container-toolkit-base: nvhook has no nvidia-ctk binary, and a
-  package that runs nvidia-ctk must not be told it is there.
+  behaviour.
+- Provides nvidia-container-toolkit-base (= 1.20.0): that package's commands are here,
+  /usr/bin/nvidia-ctk and /usr/bin/nvidia-cdi-hook (nvhook's drop-ins for 1.20.0's command
+  surface: `runtime configure`, `cdi generate|list`, `config`, `system`, every hook NVIDIA's
+  CDI specs name), beside the runtime wrapper it also ships. A package or script that runs
+  nvidia-ctk, or a spec that names /usr/bin/nvidia-cdi-hook, finds them.
 - libnvidia-container1 (the C library) shares no file with nvhook: no relation.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 SUMMARY = "NVIDIA GPU support for Linux containers: OCI hook, runtime wrapper, CDI"
 NVIDIA_VERSION = "1.17.8"
+CTK_VERSION = "1.20.0"  # the nvidia-ctk / nvidia-cdi-hook surface the drop-ins implement
 _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
               "libnvidia-container-tools", "nvidia-container-runtime",
               "nvidia-container-runtime-hook")
@@ -27,8 +32,9 @@ DEPENDS = "python3 (>= 3.9), python3-prctl, python3-psutil, python3 (>= 3.11) | 
 
 
 def control(version: str, installed_size_kib: int) -> str:
-    provides = ", ".join(f"{p} (= {NVIDIA_VERSION})" for p in
-                         ("nvidia-container-toolkit", "libnvidia-container-tools"))
+    provides = ", ".join([*(f"{p} (= {NVIDIA_VERSION})" for p in
+                            ("nvidia-container-toolkit", "libnvidia-container-tools")),
+                          f"nvidia-container-toolkit-base (= {CTK_VERSION})"])
     return f"""\
 Package: nvhook
 Version: {version}
@@ -44,11 +50,12 @@ Section: admin
 Priority: optional
 Description: {SUMMARY}
  nvhook gives containers NVIDIA GPUs: an OCI prestart hook (installed under NVIDIA's name,
- nvidia-container-runtime-hook), a runc wrapper (nvidia-container-runtime), an
- nvidia-container-cli drop-in, CDI spec generation and `nvhook runtime configure` for
- Docker, containerd, CRI-O and Podman. It reads NVIDIA's config.toml and environment
- variables (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, ...) with the semantics of
- the NVIDIA Container Toolkit {NVIDIA_VERSION}, in Python, resolving every container path
+ nvidia-container-runtime-hook), a runc wrapper (nvidia-container-runtime), drop-ins for
+ nvidia-container-cli, nvidia-ctk and nvidia-cdi-hook, CDI spec generation and
+ `nvhook runtime configure` for Docker, containerd, CRI-O and Podman. It reads NVIDIA's
+ config.toml and environment variables (NVIDIA_VISIBLE_DEVICES,
+ NVIDIA_DRIVER_CAPABILITIES, ...) with the semantics of the NVIDIA Container Toolkit
+ {NVIDIA_VERSION} ({CTK_VERSION} for nvidia-ctk), in Python, resolving every container path
  through file descriptors.
 """
 

@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 LAUNCHERS = ("nvhook", "nvidia-container-runtime-hook", "nvidia-container-runtime",
-             "nvidia-container-cli", "nvhook-runtime", "nvhook-hook")
+             "nvidia-container-cli", "nvhook-runtime", "nvhook-hook", "nvidia-ctk",
+             "nvidia-cdi-hook")
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,7 @@ def test_package_fields_and_files(deb: Path) -> None:
         line = next(x for x in fields.splitlines() if x.startswith(name + ":"))
         assert "nvidia-container-toolkit," in line and "libnvidia-container-tools" in line
     assert "Provides: nvidia-container-toolkit (= 1.17.8)" in fields
+    assert "nvidia-container-toolkit-base (= 1.20.0)" in fields  # nvidia-ctk, nvidia-cdi-hook
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True,
                              check=True).stdout
     for path in [f"./usr/bin/{n}" for n in LAUNCHERS] + [
@@ -107,7 +109,8 @@ def test_package_fields_and_files(deb: Path) -> None:
 def test_installed_package_runs(debian_root: Path, sim_root: SimRoot) -> None:
     proc = in_root(debian_root, "for n in " + " ".join(LAUNCHERS[:4]) + "; do "
                    "head -1 /usr/bin/$n; done; nvhook --version; nvhook config check; "
-                   "python3 -c 'import prctl, psutil'; dpkg -s nvhook | grep Status")
+                   "python3 -c 'import prctl, psutil'; dpkg -s nvhook | grep Status; "
+                   "nvidia-ctk --version; nvidia-cdi-hook --version")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:4] == ["#!/usr/bin/python3 -IS"] * 4
@@ -115,6 +118,8 @@ def test_installed_package_runs(debian_root: Path, sim_root: SimRoot) -> None:
     assert "config /etc/nvidia-container-runtime/config.toml" in proc.stdout
     assert "ok: no problems found" in proc.stdout
     assert "Status: install ok installed" in proc.stdout
+    assert "NVIDIA Container Toolkit CLI version 1.20.0" in proc.stdout  # the drop-ins
+    assert "NVIDIA CDI Hook version 1.20.0" in proc.stdout
 
 
 def test_dry_run_and_doctor_in_the_installed_package(debian_root: Path,

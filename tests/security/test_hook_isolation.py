@@ -245,8 +245,8 @@ def test_install_writes_names_and_refuses_foreign_files(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "nvhook hook launcher" in foreign.read_text()
     assert sorted(p.name for p in prefix.iterdir()) == [
-        "a", "b", "nvhook-hook", "nvhook-runtime", "nvidia-container-cli",
-        "nvidia-container-runtime", "nvidia-container-runtime-hook"]
+        "a", "b", "nvhook-hook", "nvhook-runtime", "nvidia-cdi-hook", "nvidia-container-cli",
+        "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-ctk"]
 
 
 def test_install_relative_prefix_and_bad_interpreter(tmp_path: Path) -> None:
@@ -260,7 +260,8 @@ def test_install_relative_prefix_and_bad_interpreter(tmp_path: Path) -> None:
     assert proc.stderr.startswith("install launcher: run /nonexistent/python3: ")
 
 
-@pytest.mark.parametrize("name", ["nvidia-container-cli", "nvhook-runtime"])
+@pytest.mark.parametrize("name", ["nvidia-container-cli", "nvhook-runtime", "nvidia-ctk",
+                                  "nvidia-cdi-hook"])
 def test_cli_and_runtime_launchers_are_isolated_too(
     planted: Planted, evil_libs: Path, name: str
 ) -> None:
@@ -273,7 +274,9 @@ def test_cli_and_runtime_launchers_are_isolated_too(
                           text=True, cwd=planted.bundle, env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert planted.marker_names() == []
-    first = "cli-version: " if name == "nvidia-container-cli" else "nvhook-runtime version "
+    first = {"nvidia-container-cli": "cli-version: ", "nvhook-runtime": "nvhook-runtime version ",
+             "nvidia-ctk": "NVIDIA Container Toolkit CLI version ",
+             "nvidia-cdi-hook": "NVIDIA CDI Hook version "}[name]
     assert proc.stdout.startswith(first)
 
 
@@ -281,16 +284,16 @@ def test_launcher_kinds(tmp_path: Path) -> None:
     """hook and cli leave their cwd and drop loader variables; the runtime wrapper keeps both
     (runc's default bundle is the cwd, and the runtime must get the daemon's environment)."""
     texts = {}
-    for kind in ("hook", "cli", "runtime"):
+    for kind in ("hook", "cli", "runtime", "ctk", "cdihook"):
         proc = subprocess.run([*NVHOOK, "--config", "/etc/x.toml", "install", "--python", PYTHON,
                                "--print", kind], capture_output=True, text=True, timeout=60,
                               check=False)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         texts[kind] = proc.stdout
-    for kind in ("hook", "cli"):
+    for kind in ("hook", "cli", "ctk", "cdihook"):  # the last two run for containers too
         assert 'os.chdir("/")' in texts[kind] and "nvhook_reexec" in texts[kind]
     assert "chdir" not in texts["runtime"] and "nvhook_reexec" not in texts["runtime"]
-    assert "from nvhook.nvcli.cmd import main" in texts["cli"]
+    assert "from nvhook.compat.nvcli.cmd import main" in texts["cli"]
     assert "from nvhook.runtime.wrapper import main" in texts["runtime"]
     for text in texts.values():
         assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in text
@@ -328,7 +331,7 @@ def test_uninstall_removes_only_launchers(tmp_path: Path) -> None:
     proc = subprocess.run([*INSTALL, "--prefix", str(prefix), "--uninstall"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert len(proc.stdout.split()) == 4
+    assert len(proc.stdout.split()) == 6  # every default launcher but the replaced one
     assert f"leaving {prefix / 'nvhook-hook'}: not an nvhook launcher" in proc.stderr
     assert sorted(p.name for p in prefix.iterdir()) == ["nvhook-hook", "other"]
     again = subprocess.run([*INSTALL, "--prefix", str(prefix), "--uninstall"],

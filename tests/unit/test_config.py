@@ -159,8 +159,17 @@ KEYS = [
     # unknown keys and tables are ignored
     ('unknown-key = 5\n[nvidia-container-cli]\nunknown = "x"\nroot = "/r"\n[other]\na = 1',
      "cli.root", "/r"),
-    ("[features]\nallow-unknown-oci-spec-fields = true\nno-additional-gids-for-device-nodes = 1",
-     "features.ignore_imex_channel_requests", False),
+    # NVIDIA 1.20's keys
+    ("[features]\nallow-unknown-oci-spec-fields = true",
+     "features.allow_unknown_oci_spec_fields", True),
+    ("[features]\nno-additional-gids-for-device-nodes = true",
+     "features.no_additional_gids_for_device_nodes", True),
+    ('[nvidia-container-runtime.modes.jit-cdi]\nnvcdi-feature-flags = ["disable-nvsandboxutils"]',
+     "runtime.modes_jit_cdi_nvcdi_feature_flags", ("disable-nvsandboxutils",)),
+    ('[nvidia-container-runtime.modes.jit-cdi]\nnvcdi-disable-hooks = ["all"]',
+     "runtime.modes_jit_cdi_nvcdi_disable_hooks", ("all",)),
+    ('[nvidia-container-runtime.modes.csv]\ncompat-container-root = "/opt/compat"',
+     "runtime.modes_csv_compat_container_root", "/opt/compat"),
 ]  # fmt: skip
 KEY_IDS = [k.split("\n")[-1].split(" =")[0] + f"-{i}" for i, (k, _, _) in enumerate(KEYS)]
 

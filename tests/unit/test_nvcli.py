@@ -1,4 +1,4 @@
-"""The nvidia-container-cli drop-in (nvhook.nvcli): argp-style parsing, libnvc's output
+"""The nvidia-container-cli drop-in (nvhook.compat.nvcli): argp-style parsing, libnvc's output
 formats for `info` and `list` against the simulated driver, and libnvc's error shape.
 """
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.compat.nvcli.args import parse_cli
+from nvhook.compat.nvcli.cmd import engine_request, error_text
 from nvhook.errors import UsageError
-from nvhook.nvcli.args import parse_cli
-from nvhook.nvcli.cmd import engine_request, error_text
 from nvhook.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
 from nvmount.errors import MountError, RequirementError, SelectionError
@@ -73,7 +73,7 @@ def test_error_shape() -> None:
 def _cli(sim: SimRoot, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
            "NVIDIA_CTK_CONFIG_FILE_PATH": sim.config_path}
-    return subprocess.run([sys.executable, "-c", "import sys; from nvhook.nvcli.cmd import "
+    return subprocess.run([sys.executable, "-c", "import sys; from nvhook.compat.nvcli.cmd import "
                            "main; sys.exit(main(sys.argv[1:]))", *args], capture_output=True,
                           text=True, env=env, timeout=120, check=False)
 

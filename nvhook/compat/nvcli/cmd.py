@@ -29,8 +29,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from nvhook.compat.nvcli.args import Parsed, parse_cli
 from nvhook.errors import NvhookError, UsageError
-from nvhook.nvcli.args import Parsed, parse_cli
 
 if TYPE_CHECKING:
     from nvhook.config.model import HookConfig

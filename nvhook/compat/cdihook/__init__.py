@@ -1,0 +1,11 @@
+"""nvidia-cdi-hook and `nvidia-ctk hook`: the hooks NVIDIA's CDI specs (and 1.20's jit-cdi
+runtime) name, in NVIDIA's grammar, done by nvhook fd-safe in the container's root.
+
+    cmd        the grammar: global flags, the hook table, errors as NVIDIA's tools print them
+    target     which container, in which mount namespace (createContainer hooks run inside it)
+    hooks      each hook (create-symlinks, update-ldcache, enable-cuda-compat,
+               disable-device-node-modification, update-application-profile, chmod, noop)
+    files      links and files in the rootfs (temporary name + rename, never following)
+    params     the params view (a read-only file bind from a detached tmpfs)
+    cudacompat the forward-compatibility decision (ELF note, versions; pure)
+"""
