@@ -7,7 +7,9 @@ discovery a container start runs. Output goes to stdout; errors are raised for t
     info [--json | --csv]   driver and CUDA version, every GPU (and its MIG devices)
     list [-d ID] [-l] [-b] [-i] [-f] [--compat32] [--mig-config ID] [--mig-monitor ID]
          [--imex-channel N] [--no-persistenced] [--no-fabricmanager] [--no-gsp-firmware]
-                            every host path a container could get, one absolute path a line
+                            every host path a container could get, one a line, relative to
+                            the driver root as nvidia-container-cli prints them (firmware
+                            under /lib/firmware, the kernel's path)
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def info_csv(inv: DriverInventory) -> str:
 def _list_parser() -> _Parser:
     p = _Parser(prog="nvhook list", description=(
         "List every host path a container could get (all GPUs and capabilities without "
-        "options), one absolute path a line."))
+        "options), one a line, relative to the driver root."))
     p.add_argument("-d", "--device", action="append", default=[], metavar="ID",
                    help="GPU or MIG device(s) to list: all, index, UUID, PCI bus id, G:M")
     p.add_argument("-l", "--libraries", action="store_true", help="list driver libraries")
@@ -182,7 +184,9 @@ def main_list(argv: list[str], opts: GlobalOptions) -> int:
     selection = select_devices(inventory.gpus, ",".join(args.device),
                                mig_config=",".join(args.mig_config) or None,
                                mig_monitor=",".join(args.mig_monitor) or None)
-    paths = list(list_paths(inventory, selection, args, channels))  # all or nothing
+    prefix = "" if inventory.root == "/" else inventory.root
+    paths = [p[len(prefix):] if prefix and p.startswith(prefix + "/") else p
+             for p in list_paths(inventory, selection, args, channels)]  # all or nothing
     sys.stdout.write("".join(p + "\n" for p in paths))
     return 0
 
@@ -233,7 +237,7 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
     if args.ipcs:
         yield from (f.host_path for f in inv.ipc)
     if args.firmwares and not args.no_gsp_firmware:
-        yield from (f.host_path for f in inv.firmware)
+        yield from (f.container_path for f in inv.firmware)  # as libnvc: /lib/firmware/...
 
 
 def _imex_paths(inv: DriverInventory, channels: tuple[int, ...]) -> Iterator[str]:
