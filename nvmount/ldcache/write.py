@@ -128,7 +128,7 @@ def _as_named_by_image(root: Root, new: tuple[image.CacheEntry, ...],
             # a directory the image's cache does not list yet (/usr/lib/i386-linux-gnu) is
             # named as the cache names its siblings: /lib/... when /usr/lib/... is /lib/...
             alias = [b"/lib/" + directory[9:]] if merged_usr and directory.startswith(
-                b"/usr/lib/") else []
+                b"/usr/lib/") and b"/" not in directory[9:] else []  # /usr/lib/<triplet>
             names[directory] = next((k for k in [*known[:MAX_DIRS], *alias] if k != directory
                                      and want is not None and ident(k) == want), directory)
         out.append(replace(entry, value=posixpath.join(names[directory], base)))

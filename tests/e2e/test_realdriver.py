@@ -135,7 +135,8 @@ def test_real_nvml_without_kernel_module(real_roots: dict[str, RealRoot]) -> Non
     line, and no /dev/nvidia* node appears on the host (the real NVML mknods them as root)."""
     before = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
     root = real_roots["debian-nvml"]
-    proc = subprocess.run([sys.executable, "-m", "nvhook", "--config", str(root.config), "info"],
+    proc = subprocess.run([sys.executable, "-m", "nvhook", "--config", str(root.config), "info",
+                           "--fresh"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("nvml nvmlInit_v2 failed: Driver Not Loaded")

@@ -162,7 +162,7 @@ def test_list_mig_devices_and_config(sim_mig_root: SimRoot) -> None:
     (["list", "--imex-channel", "x"], {}, 1, "unsupported IMEX channel value: x"),
     (["list", "--imex-channel", "5"], {}, 1, "missing IMEX channel 5"),
     (["list", "--mig-config", "0"], {}, 1, "only 'all' devices are currently supported"),
-    (["info"], {"NVSIM_FAIL": "nvmlInit_v2:DRIVER_NOT_LOADED"}, 1,
+    (["info", "--fresh"], {"NVSIM_FAIL": "nvmlInit_v2:DRIVER_NOT_LOADED"}, 1,
      "nvml nvmlInit_v2 failed: Driver Not Loaded (code 9) (is the NVIDIA kernel module loaded?"),
     (["info", "--json", "--csv"], {}, 2, "not allowed with argument"),
     (["list", "--bogus"], {}, 2, "unrecognized arguments: --bogus"),
