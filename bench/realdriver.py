@@ -92,8 +92,12 @@ def run(runs: int, names: tuple[str, ...]) -> dict[str, object]:
 
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-real-"))
     roots = build_real_roots(work / "roots", names)
-    for name in names:
+    for name, root in roots.items():
         (work / name).mkdir()
+        cache = work / f"cache-{name}"  # its own inventory cache: other runs cannot evict it
+        cache.mkdir(mode=0o700)
+        root.config.write_text(root.config.read_text().replace(
+            "[nvhook]\n", f'[nvhook]\ncache-dir = "{cache}"\n'))
     launcher = install_hook(work / "prefix")
     peer = find_peer()
     results: dict[str, object] = {
