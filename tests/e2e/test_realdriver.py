@@ -181,3 +181,27 @@ def test_cdi_paths_are_the_legacy_plans(real_roots: dict[str, RealRoot], hook_la
     plan = {e["target"] for e in json.loads(proc.stdout)["plan"]["entries"] if e["op"] == "bind"
             and not e["target"].startswith(("/dev/", "/proc/"))}
     assert cdi == plan
+
+
+def test_nvml_child_cannot_mknod(tmp_path: Path) -> None:
+    """What the real NVML would do as root (mknod /dev/nvidiactl) fails in the child nvhook
+    loads it in: after `_unprivileged` it has no CAP_MKNOD."""
+    import stat
+
+    from nvmount.discover.nvml_worker import _unprivileged
+
+    target = tmp_path / "nvidiactl"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 3
+        try:
+            _unprivileged()
+            os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(195, 255))
+            code = 0
+        except PermissionError:
+            code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1 and not target.exists()
+    os.mknod(target, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # the test itself may (root)
