@@ -205,3 +205,29 @@ def test_nvml_child_cannot_mknod(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 1 and not target.exists()
     os.mknod(target, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # the test itself may (root)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_graphics_and_video_files_found_on_every_layout(real_roots: dict[str, RealRoot],
+                                                        layout: str) -> None:
+    """The EGL platform libraries apart from the driver's (Debian's own packages), Debian's
+    unversioned GLX module (under its versioned name), the VDPAU driver for <libs>/vdpau."""
+    from nvmount.discover.driver import discover_driver
+    from nvmount.discover.options import DiscoveryOptions
+
+    root = real_roots[layout]
+    inv = discover_driver(str(root.path), "/etc/ld.so.cache", str(root.path / "proc"),
+                          options=DiscoveryOptions(sys_root=str(root.path / "sys")))
+    found = {posixpath.basename(f.container_path): f for f in inv.graphics}
+    v = root.version
+    for name in ("libnvidia-egl-gbm.so.1.1.0", "libnvidia-egl-wayland.so.1.1.10",
+                 f"libnvidia-vulkan-producer.so.{v}", f"libglxserver_nvidia.so.{v}",
+                 "nvidia_drv.so", f"libvdpau_nvidia.so.{v}"):
+        assert name in found, name
+        assert os.path.isfile(found[name].host_path) and not os.path.islink(found[name].host_path)
+    vdpau = found[f"libvdpau_nvidia.so.{v}"]
+    assert vdpau.container_path.endswith(f"/vdpau/libvdpau_nvidia.so.{v}")
+    assert found[f"libglxserver_nvidia.so.{v}"].container_path.startswith(
+        "/usr/lib64/xorg/modules/extensions/" if layout == "lib64"
+        else "/usr/lib/xorg/modules/extensions/")
+    assert not any(w.startswith("missing xorg module") for w in inv.warnings)
