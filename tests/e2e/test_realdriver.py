@@ -231,3 +231,24 @@ def test_graphics_and_video_files_found_on_every_layout(real_roots: dict[str, Re
         "/usr/lib64/xorg/modules/extensions/" if layout == "lib64"
         else "/usr/lib/xorg/modules/extensions/")
     assert not any(w.startswith("missing xorg module") for w in inv.warnings)
+
+
+@pytest.mark.parametrize("layout", ["flat", "lib64"])
+def test_files_beyond_the_legacy_stack_are_in_nvidias_cdi_spec(
+        rigs: dict, baselines: dict, real_roots: dict[str, RealRoot], layout: str) -> None:
+    """What nvhook mounts beyond NVIDIA's legacy hook for `all` is what NVIDIA's own CDI spec
+    (nvidia-ctk cdi generate 1.17.8, recorded) mounts, by file name: its graphics and video
+    files. Not on Debian's layout, where that spec misses most of the driver (it looks for
+    libraries only next to libcuda, in nvidia/current). The OpenCL vendor file is NVIDIA's
+    current toolkit's (not 1.17.8's spec)."""
+    root = real_roots[layout]
+    gpu, base = rigs[(layout, "write")]
+    if (layout, "write") not in baselines:
+        baselines[(layout, "write")] = raw(base, ())
+    got = observe(gpu, base, root, env_for("all"), baselines[(layout, "write")])
+    legacy = set(expected(root, "nvidia-all"))
+    cdi = {posixpath.basename(x.split(" ", 1)[1]) for x in expected(root, "nvidia-cdi")
+           if x.startswith("mount ")}
+    beyond = {posixpath.basename(x[6:]) for x in got
+              if x.startswith("mount ") and x not in legacy and not x.startswith("mount /dev/")}
+    assert beyond and beyond - {"nvidia.icd"} <= cdi, sorted(beyond - cdi)
