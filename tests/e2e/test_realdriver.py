@@ -137,6 +137,8 @@ def _multiarch(rootfs: Path) -> None:
         "/usr/local/lib/i386-linux-gnu\n/lib/i386-linux-gnu\n/usr/lib/i386-linux-gnu\n")
 
 
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"),
+                    reason="this host has an NVIDIA kernel module: the path needs none")
 def test_real_nvml_without_kernel_module(real_roots: dict[str, RealRoot]) -> None:
     """The real libnvidia-ml, loaded by nvhook's NVML child (no capabilities): one clean
     line, and no /dev/nvidia* node appears on the host (the real NVML mknods them as root)."""
@@ -148,7 +150,7 @@ def test_real_nvml_without_kernel_module(real_roots: dict[str, RealRoot]) -> Non
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("nvml nvmlInit_v2 failed: Driver Not Loaded")
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert sorted(n for n in os.listdir("/dev") if n.startswith("nvidia")) == before == []
+    assert sorted(n for n in os.listdir("/dev") if n.startswith("nvidia")) == before
 
 
 CDI_SKIP = ("CDI container paths follow the host's layout (Debian's nvidia/current/vdpau, "
