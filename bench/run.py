@@ -3,6 +3,7 @@ side with NVIDIA's stack (when built) in the same run.
 
     sudo .venv/bin/python bench/run.py [-n 20] [--gpus 1,8,64] [--no-load] [--out DIR]
     sudo .venv/bin/python bench/run.py --wrapper      (the runtime wrapper: bench/wrapper.py)
+    sudo .venv/bin/python bench/run.py --real-driver  (Debian's 535 files: bench/realdriver.py)
 
 Series, measured round-robin (bench/series.py; wall time and CPU time of `runc run` of
 /bin/true with its hooks):
@@ -218,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--wrapper", action="store_true",
                         help="the runtime wrapper's series instead (bench/wrapper.py)")
+    parser.add_argument("--real-driver", action="store_true",
+                        help="info and GPU starts on the real-driver roots (bench/realdriver.py)")
     args = parser.parse_args(argv)
+    if args.real_driver:
+        from realdriver import main as real_main  # bench/realdriver.py, next to this file
+
+        return real_main(["--runs", str(args.runs), "--out", args.out])
     if args.wrapper:
         from wrapper import main as wrapper_main  # bench/wrapper.py, next to this file
 

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None,
         if command is None:
             sys.stderr.write(usage_text(prog))
             return 2
-        if command in HOOK_COMMANDS:
+        if command in HOOK_COMMANDS or command == "info":  # info: as lean as a start
             configure_hook_logging(debug)
         else:
             configure_logging(debug)

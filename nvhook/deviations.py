@@ -324,4 +324,33 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "NVIDIA re-serializes the whole file; 1.20.0 searches /dev whatever --driver-root says "
         "and numbers GPU nodes by PCI index",
     ),
+    (
+        "ld.so.cache paths",
+        "both ldcache modes list every library under the name an ldconfig run in the container "
+        "gives its directory (the first name in the image's ld.so.conf order: /lib/<triplet> on"
+        " a merged-/usr image), the development links libcuda.so and libnvidia-opticalflow.so "
+        "included, and the written cache carries no generator text",
+        "NVIDIA's CLI puts its library directory first on ldconfig's command line, so the "
+        "image's own libraries change paths (/usr/lib/...) and a later ldconfig in the "
+        "container changes them back; its ldconfig runs before the SONAME links exist, so the "
+        "development links dangle then and stay out of its cache",
+    ),
+    (
+        "Graphics and video files on every layout",
+        "the EGL platform libraries come from the ld.so.cache or the standard library "
+        "directories, Debian's unversioned libglxserver_nvidia.so is found (and mounted under "
+        "its versioned name with the link), and the VDPAU driver is mounted in <libs>/vdpau for"
+        " video (outside the ld.so.cache)",
+        "NVIDIA's legacy CLI mounts none of them; its CDI spec finds them only next to libcuda "
+        "(nothing on Debian's layout) and keeps host paths; libvdpau loads drivers only from "
+        "its module directory",
+    ),
+    (
+        "info",
+        "`nvhook info` shows the inventory container starts use: the cached one while the "
+        "driver's files and proc facts are unchanged (`--fresh` queries NVML and says whether "
+        "the cache matched)",
+        "what a container gets is what matters, and NVML is the slow part (seconds per GPU "
+        "without persistence mode)",
+    ),
 )

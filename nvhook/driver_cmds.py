@@ -4,26 +4,30 @@ Stage: commands, off the hook's path. Both read config.toml (`--config`): the dr
 (`nvidia-container-cli.root`), its `ldcache` and `[nvhook] proc-root`, then run the same
 discovery a container start runs. Output goes to stdout; errors are raised for the CLI.
 
-    info [--json | --csv]   driver and CUDA version, every GPU (and its MIG devices)
+    info [--json | --csv] [--fresh]
+                            driver and CUDA version, every GPU (and its MIG devices): the
+                            inventory container starts use (the cache while the driver's
+                            files and proc facts are unchanged); --fresh queries NVML now
     list [-d ID] [-l] [-b] [-i] [-f] [--compat32] [--mig-config ID] [--mig-monitor ID]
          [--imex-channel N] [--no-persistenced] [--no-fabricmanager] [--no-gsp-firmware]
-                            every host path a container could get, one absolute path a line
+                            every host path a container could get, one a line, relative to
+                            the driver root as nvidia-container-cli prints them (firmware
+                            under /lib/firmware, the kernel's path)
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from typing import Any
 
 from nvhook.errors import UsageError
 from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Iterator
+    from typing import Any
 
     from nvhook.flags import GlobalOptions
     from nvmount.discover.inventory import DriverInventory, Gpu
@@ -35,9 +39,16 @@ log = get_logger(__name__)
 _LABEL = 15  # libnvc prints "%-15s " labels
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # usage errors go through the CLI's exit code 2
-        raise UsageError(f"{self.prog}: {message}")
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """An argparse parser whose usage errors go through the CLI's exit code 2 (argparse is
+    imported here: `info`'s plain forms never need it)."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:
+            raise UsageError(f"{self.prog}: {message}")
+
+    return _Parser(prog=prog, description=description)
 
 
 def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) -> DriverInventory:
@@ -53,35 +64,48 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 
 
-def _discover_cached(opts: GlobalOptions) -> tuple[DriverInventory, str, str]:
-    """The inventory from NVML now, what the inventory cache held (`_CACHE`; the cache is
-    rewritten) and where the driver root came from."""
+def _discover_cached(opts: GlobalOptions, fresh: bool) -> tuple[DriverInventory, str, str]:
+    """The inventory, the cache's state (`_CACHE`) and where the driver root came from: the
+    cached inventory while its stamp holds, as a container start takes it; `fresh`: from
+    NVML now, saying what the cache held (it is rewritten)."""
     from nvhook.config.load import load_config
     from nvhook.engine import engine_options
     from nvmount.engine import discover_cached
     from nvmount.faults import Faults
 
     config = load_config(opts.config_path, os.environ)
-    inventory, cache = discover_cached(engine_options(config), Faults(), fresh=True)
+    inventory, cache = discover_cached(engine_options(config), Faults(), fresh=fresh)
     origin = {"config": "nvidia-container-cli.root",
               "detected": "a driver container (nvidia-container-cli.root is unset)"}
     return inventory, cache, origin.get(config.cli.root_origin, "default")
 
 
 # -- info ---------------------------------------------------------------------------------------
-def main_info(argv: list[str], opts: GlobalOptions) -> int:
-    parser = _Parser(prog="nvhook info", description="Show the driver and GPUs nvhook sees.")
+def _info_args(argv: list[str]) -> tuple[bool, bool, bool]:
+    """(--json, --csv, --fresh); argparse only for help and usage errors."""
+    if set(argv) <= {"--json", "--csv", "--fresh"} and not {"--json", "--csv"} <= set(argv):
+        return "--json" in argv, "--csv" in argv, "--fresh" in argv
+    parser = _parser("nvhook info", "Show the driver and GPUs nvhook sees.")
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON")
     fmt.add_argument("--csv", action="store_true", help="print CSV, as nvidia-container-cli")
+    parser.add_argument("--fresh", action="store_true",
+                        help="query NVML now instead of the validated inventory cache")
     args = parser.parse_args(argv)
-    inventory, cache, origin = _discover_cached(opts)
-    if args.json:
+    return args.json, args.csv, args.fresh
+
+
+def main_info(argv: list[str], opts: GlobalOptions) -> int:
+    as_json, as_csv, fresh = _info_args(argv)
+    inventory, cache, origin = _discover_cached(opts, fresh)
+    if as_json:
+        import json
+
         backend = {} if inventory.proc_driver_dir else {"backend_report": list(inventory.warnings)}
         doc = {**info_json(inventory), "driver_root": {"path": inventory.root, "from": origin},
                **backend, "inventory_cache": cache}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    elif args.csv:
+    elif as_csv:
         sys.stdout.write(info_csv(inventory))
     else:
         report = "" if inventory.proc_driver_dir else "".join(  # CSV or WSL backend
@@ -93,6 +117,7 @@ def main_info(argv: list[str], opts: GlobalOptions) -> int:
 
 
 _CACHE = {"current": "current (container starts use it without NVML)",
+          "hit": "current (unchanged driver files and proc facts; --fresh asks NVML)",
           "refreshed": "refreshed (it was absent, or the driver changed since)",
           "inconsistent": "refreshed (it did not match the driver: please report this)",
           "off": "off ([nvhook] cache-dir = \"\", or not root)"}
@@ -141,10 +166,10 @@ def info_csv(inv: DriverInventory) -> str:
 
 
 # -- list ---------------------------------------------------------------------------------------
-def _list_parser() -> _Parser:
-    p = _Parser(prog="nvhook list", description=(
+def _list_parser() -> argparse.ArgumentParser:
+    p = _parser("nvhook list", (
         "List every host path a container could get (all GPUs and capabilities without "
-        "options), one absolute path a line."))
+        "options), one a line, relative to the driver root."))
     p.add_argument("-d", "--device", action="append", default=[], metavar="ID",
                    help="GPU or MIG device(s) to list: all, index, UUID, PCI bus id, G:M")
     p.add_argument("-l", "--libraries", action="store_true", help="list driver libraries")
@@ -182,7 +207,9 @@ def main_list(argv: list[str], opts: GlobalOptions) -> int:
     selection = select_devices(inventory.gpus, ",".join(args.device),
                                mig_config=",".join(args.mig_config) or None,
                                mig_monitor=",".join(args.mig_monitor) or None)
-    paths = list(list_paths(inventory, selection, args, channels))  # all or nothing
+    prefix = "" if inventory.root == "/" else inventory.root
+    paths = [p[len(prefix):] if prefix and p.startswith(prefix + "/") else p
+             for p in list_paths(inventory, selection, args, channels)]  # all or nothing
     sys.stdout.write("".join(p + "\n" for p in paths))
     return 0
 
@@ -233,7 +260,7 @@ def list_paths(inv: DriverInventory, sel: Selection, args: argparse.Namespace,
     if args.ipcs:
         yield from (f.host_path for f in inv.ipc)
     if args.firmwares and not args.no_gsp_firmware:
-        yield from (f.host_path for f in inv.firmware)
+        yield from (f.container_path for f in inv.firmware)  # as libnvc: /lib/firmware/...
 
 
 def _imex_paths(inv: DriverInventory, channels: tuple[int, ...]) -> Iterator[str]:

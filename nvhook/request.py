@@ -309,9 +309,12 @@ def check_mode(
 
 
 def csv_mode(config: HookConfig) -> bool:
-    """Tegra CSV mode: asked for, or `auto` on a driver root with /etc/nv_tegra_release."""
+    """Tegra CSV mode: asked for, or `auto` on a driver root with /etc/nv_tegra_release.
+    With `skip-mode-detection` NVIDIA's hook proceeds as legacy whatever the mode says."""
     import os
 
+    if config.runtime_hook.skip_mode_detection:
+        return False
     mode = config.runtime.mode
     return mode == "csv" or (mode == "auto" and os.path.isfile(
         os.path.join(config.cli.root or "/", "etc/nv_tegra_release")))

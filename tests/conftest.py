@@ -3,6 +3,7 @@
 pytest_plugins = [
     "tests.fixtures.sim",
     "tests.fixtures.containers",
+    "tests.fixtures.realdriver",
     "tests.fixtures.clients",
     "tests.fixtures.gpu_clients",
 ]

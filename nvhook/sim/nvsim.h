@@ -77,6 +77,9 @@ struct nvsim_state {
 };
 
 static const char *const nvsim_lib_suffixes[] = {
+    /* Debian's packages keep the driver's libraries behind update-alternatives links */
+    "/usr/lib/x86_64-linux-gnu/nvidia/current", "/usr/lib/i386-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
     "/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu", "/usr/lib/aarch64-linux-gnu",
     "/usr/lib64", "/usr/lib32", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib/i386-linux-gnu",
     "/lib/aarch64-linux-gnu", "/lib64", "/lib32", "/lib", NULL,

@@ -108,7 +108,7 @@ def cached_inventory(directory: str, key: tuple[object, ...], proc_root: str,
     return fresh, False
 
 
-_FORMAT = ("inventory", 2)
+_FORMAT = ("inventory", 3)  # 3: graphics from the ld.so.cache, vdpau
 
 
 # -- the stamp ------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 NVML_SONAME = "libnvidia-ml.so.1"
+TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
+            "ppc64le": "powerpc64le-linux-gnu"}
 def discover_driver(
     root: str = "/",
     ldcache: str = "/etc/ld.so.cache",
@@ -73,7 +75,8 @@ def discover_driver(
 def _read_cache(droot: DriverRoot, ldcache: str) -> tuple[LdcacheEntry, ...]:
     host = droot.host(droot.resolve(ldcache).path)
     try:
-        return read_ldcache(host, prefixes=files.library_names() + files.COMPAT_LIBS)
+        return read_ldcache(host, prefixes=files.library_names() + files.COMPAT_LIBS
+                            + graphics.EXTRA_PREFIXES)
     except OSError as err:
         raise DriverError(
             f"read ld.so.cache {host}: {strerror(err)} (is the NVIDIA "
@@ -97,15 +100,22 @@ def _nvml_path(droot: DriverRoot, ldcache: str, entries: tuple[LdcacheEntry, ...
 
 
 def _graphics(droot: DriverRoot, gpus: tuple[Gpu, ...], libs: tuple[DriverFile, ...],
-              nvrm: str, opts: DiscoveryOptions,
+              entries: tuple[LdcacheEntry, ...], arch: int, nvrm: str, opts: DiscoveryOptions,
               warnings: list[str]) -> tuple[tuple[Gpu, ...], tuple[DriverFile, ...]]:
     """The GPUs with their DRM nodes, and the graphics/display files (`discover.graphics`)."""
     gpus = tuple(replace(g, dri_nodes=graphics.dri_nodes(droot, opts.sys_root, g.bus_id))
                  for g in gpus)
     gpus = tuple(replace(g, dri_links=graphics.dri_links(droot, g.bus_id, g.dri_nodes))
                  for g in gpus)
-    lib_dir = posixpath.dirname(libs[0].container_path) if libs else ""
-    return gpus, graphics.find_graphics(droot, lib_dir, nvrm, warnings)
+    lib_dirs = tuple(dict.fromkeys(posixpath.dirname(f.container_path) for f in libs))
+    cached = {e.key: e.value for e in entries
+              if e.key.startswith(graphics.EXTRA_PREFIXES) and e.is_elf_for(arch)}
+    extra = graphics.find_graphics(droot, lib_dirs, nvrm, warnings, cached,
+                                   TRIPLETS.get(opts.machine or os.uname().machine, ""))
+    if any(posixpath.basename(f.host_path).startswith("libvdpau_nvidia.so") for f in libs):
+        # libnvc's video list found it in the ld.so.cache: it is mounted with the libraries
+        extra = tuple(f for f in extra if "/vdpau/libvdpau_nvidia" not in f.container_path)
+    return gpus, extra
 
 
 def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
@@ -131,7 +141,7 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
     imex_major = majors.get("nvidia-caps-imex-channels")
     gated = find_gated(droot)
     gpus, extra = _graphics(droot, dev.build_gpus(droot, devices, caps_major, warnings), libs,
-                            nvrm, opts, warnings)
+                            entries, arches[0], nvrm, opts, warnings)
     mig_minors = dev.read_mig_minors(
         proc_root, [g.minor for g in gpus if g.mig_capable and opts.mig_minors])
     for w in warnings:

@@ -12,11 +12,16 @@ display capabilities, read from the driver root (first match wins, as its locato
     vulkan/implicit_layer.d/nvidia_layers.json (config dirs, then the driver root itself, as
     on GKE)                                      -> always under /etc in the container
     OpenCL/vendors/nvidia.icd (/etc)             -> /etc/OpenCL/vendors/nvidia.icd (compute)
-    Xorg modules nvidia_drv.so, libglxserver_nvidia.so.<version> (the driver's lib dir's
-    nvidia/xorg and xorg/modules/{,updates/}{drivers,extensions}, then /usr/lib{,64}/xorg/...)
+    Xorg modules nvidia_drv.so, libglxserver_nvidia.so.<version> (or Debian's unversioned
+    name) in nvidia/xorg and xorg/modules/{,updates/}{drivers,extensions} of the driver's
+    library directories, then of the standard ones (/usr/lib/<triplet>, /usr/lib64, /usr/lib)
                                                  -> at the same path (display)
     libnvidia-egl-gbm.so.*.*, libnvidia-egl-wayland.so.*.*, libnvidia-vulkan-producer.so.<v>
-    next to the driver's libraries               -> libraries (graphics)
+    from the ld.so.cache, else the driver's and the standard library directories (Debian's
+    EGL platform packages install them apart from the driver)
+                                                 -> libraries (graphics)
+    vdpau/libvdpau_nvidia.so.<v> (or next to the driver's libraries, as on Debian)
+                                                 -> <libs>/vdpau, libvdpau's module dir (video)
 
 DRM nodes: the entries `card*` and `renderD*` of <sys>/bus/pci/devices/<bus id>/drm, whose
 nodes /dev/dri/<name> in the driver root are character devices of major 226; and udev's
@@ -51,9 +56,11 @@ CONFIGS = ("glvnd/egl_vendor.d/10_nvidia.json", "egl/egl_external_platform.d/15_
 VULKAN = ("vulkan/icd.d/nvidia_icd.json", "vulkan/icd.d/nvidia_layers.json",
           "vulkan/implicit_layer.d/nvidia_layers.json")
 OPENCL = "/etc/OpenCL/vendors/nvidia.icd"
-XORG_MODULES = ("nvidia_drv.so", "libglxserver_nvidia.so.{v}")
 EXTRA_LIBS = ("libnvidia-egl-gbm.so.*.*", "libnvidia-egl-wayland.so.*.*",
               "libnvidia-vulkan-producer.so.{v}")
+EXTRA_PREFIXES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so",
+                  "libnvidia-vulkan-producer.so")
+VDPAU = "libvdpau_nvidia.so.{v}"  # the VDPAU driver (video), in <libs>/vdpau
 # Not mounted (a deviation from NVIDIA's CDI spec, which mounts them): the driver's non-GLVND
 # libGL/libEGL/libGLES.so.<version> next to the GLVND ones. Once in the library directory,
 # ldconfig (NVIDIA's update-ldcache hook, or a later ldconfig in the container) makes
@@ -62,10 +69,15 @@ EXTRA_LIBS = ("libnvidia-egl-gbm.so.*.*", "libnvidia-egl-wayland.so.*.*",
 MAX_DIR_ENTRIES = 4096
 
 
-def find_graphics(root: DriverRoot, lib_dir: str, nvrm: str,
-                  warnings: list[str]) -> tuple[DriverFile, ...]:
-    """Every graphics/display file of the module docstring found in the driver root;
-    `lib_dir` is the driver root path of the 64-bit driver libraries ("" when unknown)."""
+def find_graphics(root: DriverRoot, lib_dirs: tuple[str, ...], nvrm: str,
+                  warnings: list[str], cached: dict[str, str] | None = None,
+                  triplet: str = "x86_64-linux-gnu") -> tuple[DriverFile, ...]:
+    """Every graphics/display file of the module docstring found in the driver root.
+
+    `lib_dirs` are the driver root paths of the 64-bit driver libraries (Debian keeps them in
+    nvidia/current, behind update-alternatives links); `cached` maps the 64-bit ld.so.cache
+    names of the extra libraries to their paths. A library is taken from the cache first, then
+    from the driver's library directories and the standard ones (`_lib_dirs`)."""
     out: list[DriverFile] = []
     for rel in CONFIGS:
         found = _first(root, [f"{d}/{rel}" for d in CONFIG_DIRS])
@@ -77,26 +89,68 @@ def find_graphics(root: DriverRoot, lib_dir: str, nvrm: str,
             out.append(_file(root, found, f"/etc/{rel}", GRAPHICS))
     if _exists(root, OPENCL):
         out.append(_file(root, OPENCL, OPENCL, Cap.COMPUTE))
-    for name in XORG_MODULES:
-        found = _first(root, [f"{d}/{name.format(v=nvrm)}" for d in _xorg_dirs(lib_dir)])
-        if found:
-            out.append(_file(root, found, found, Cap.DISPLAY))
-        else:
-            warnings.append(f"missing xorg module {name.format(v=nvrm)}")
-    if lib_dir:
-        for pattern in EXTRA_LIBS:
-            for name in _matching(root, lib_dir, pattern.format(v=nvrm)):
-                out.append(DriverFile(FileKind.LIBRARY, root.host(root.resolve(
-                    f"{lib_dir}/{name}").path), f"{lib_dir}/{name}", GRAPHICS, _soname(name, nvrm)))
+    dirs = _lib_dirs(lib_dirs, triplet)
+    out += _xorg_modules(root, dirs, nvrm, warnings)
+    for pattern in EXTRA_LIBS:
+        hit = _library(root, pattern.format(v=nvrm), dirs, cached or {})
+        if hit:
+            out.append(DriverFile(FileKind.LIBRARY, root.host(hit), hit, GRAPHICS,
+                                  _soname(posixpath.basename(hit), nvrm)))
+    vdpau = _library(root, VDPAU.format(v=nvrm), [f"{d}/vdpau" for d in dirs] + dirs, {})
+    if vdpau:  # a library in the container's <libs>/vdpau (libvdpau's module directory)
+        out.append(DriverFile(FileKind.LIBRARY, root.host(vdpau),
+                              f"{posixpath.dirname(vdpau)}/vdpau/{posixpath.basename(vdpau)}",
+                              Cap.VIDEO, "libvdpau_nvidia.so.1"))
     return tuple(out)
 
 
-def _xorg_dirs(lib_dir: str) -> list[str]:
+def _lib_dirs(lib_dirs: tuple[str, ...], triplet: str) -> list[str]:
+    """The driver's library directories, then the standard ones, each once."""
+    std = (f"/usr/lib/{triplet}", f"/lib/{triplet}", "/usr/lib64", "/lib64", "/usr/lib")
+    return list(dict.fromkeys((*lib_dirs, *std)))
+
+
+def _library(root: DriverRoot, pattern: str, dirs: list[str],
+             cached: dict[str, str]) -> str | None:
+    """The real root path of the first file matching `pattern`: through an ld.so.cache name
+    (its path resolved in the root), else the first directory of `dirs` that has one."""
+    for path in cached.values():
+        hit = root.resolve(path)
+        if hit.exists and fnmatch.fnmatchcase(posixpath.basename(hit.path), pattern):
+            return hit.path
+    for directory in dirs:
+        names = _matching(root, directory, pattern)
+        if names:
+            hit = root.resolve(f"{directory}/{names[0]}")
+            if hit.exists:
+                return hit.path
+    return None
+
+
+def _xorg_modules(root: DriverRoot, dirs: list[str], nvrm: str,
+                  warnings: list[str]) -> list[DriverFile]:
+    """nvidia_drv.so, and the GLX module under its versioned name; Debian installs only the
+    unversioned `libglxserver_nvidia.so` (an alternatives link to the versioned file): it
+    is taken under the name of the file it resolves to, so the container gets what the
+    installers give (the versioned file and the link to it)."""
+    out = []
+    for names in (("nvidia_drv.so",), (f"libglxserver_nvidia.so.{nvrm}",
+                                        "libglxserver_nvidia.so")):
+        found = _first(root, [f"{d}/{n}" for n in names for d in _xorg_dirs(dirs)])
+        if found is None:
+            warnings.append(f"missing xorg module {names[0]}")
+            continue
+        real = root.resolve(found).path
+        if posixpath.basename(found) != names[0] and posixpath.basename(real) == names[0]:
+            found = f"{posixpath.dirname(found)}/{names[0]}"
+        out.append(DriverFile(FileKind.CONFIG, root.host(real), found, Cap.DISPLAY))
+    return out
+
+
+def _xorg_dirs(lib_dirs: list[str]) -> list[str]:
     subdirs = ("modules/drivers", "modules/extensions", "modules/updates/drivers",
                "modules/updates/extensions")
-    dirs = [f"{lib_dir}/nvidia/xorg"] + [f"{lib_dir}/xorg/{s}" for s in subdirs] if lib_dir \
-        else []
-    return dirs + [f"{base}/xorg/{s}" for base in ("/usr/lib", "/usr/lib64") for s in subdirs]
+    return [f"{lib_dirs[0]}/nvidia/xorg"] + [f"{d}/xorg/{s}" for d in lib_dirs for s in subdirs]
 
 
 def _soname(name: str, nvrm: str) -> str:

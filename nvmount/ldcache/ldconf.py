@@ -221,6 +221,31 @@ def write_conf(path: str, dirs: list[str]) -> None:
         os.close(fd)
 
 
+def first_names(dirs: tuple[str, ...], order: list[str]) -> list[str]:
+    """Each of `dirs` under the first name `order` (the configuration's directories, then
+    ldconfig's own) gives the same directory: ldconfig lists a directory met twice under the
+    name it met first, so the driver's libraries get the path an ldconfig run in the
+    container gives them (/lib/<triplet> on a merged-/usr image), wherever the plan put them."""
+    ids: dict[str, tuple[int, int] | None] = {}
+
+    def ident(path: str) -> tuple[int, int] | None:
+        if path not in ids:
+            try:
+                st = os.stat(path)
+            except OSError:
+                ids[path] = None
+            else:
+                ids[path] = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+        return ids[path]
+
+    out = []
+    for directory in dirs:
+        want = ident(directory)
+        out.append(next((c for c in order[:MAX_DIRS] if want is not None and ident(c) == want),
+                        directory))
+    return out
+
+
 def scan_lib_dirs(dirs: list[str], libc: Libc) -> str | None:
     """Why ldconfig must not run on these directories (None: it may): a symlink that resolves
     to a FIFO (ldconfig's open would block). Raises Budget past `MAX_SCAN_ENTRIES` entries."""

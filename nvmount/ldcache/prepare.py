@@ -11,7 +11,14 @@ from __future__ import annotations
 import os
 
 from nvmount.ldcache.install import InstallError, install_cache
-from nvmount.ldcache.ldconf import SYSTEM_DIRS, Budget, ConfReader, scan_lib_dirs, write_conf
+from nvmount.ldcache.ldconf import (
+    SYSTEM_DIRS,
+    Budget,
+    ConfReader,
+    first_names,
+    scan_lib_dirs,
+    write_conf,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -43,7 +50,7 @@ def prepare(path: str, dirs: tuple[str, ...], libc: Libc, scratch: str
     if why is not None:
         raise Stop("refuse", why)
     argv = [path, *LDCONFIG_FLAGS, "-f", f"{scratch}/ld.so.conf", "-C",
-            f"{scratch}/ld.so.cache", *dirs]
+            f"{scratch}/ld.so.cache", *first_names(dirs, [*conf_dirs, *SYSTEM_DIRS])]
     return argv, notes
 
 

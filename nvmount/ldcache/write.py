@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import stat
 
 from nvmount import _libc
@@ -34,6 +35,7 @@ from nvmount.discover.ldcache import MACHINE_ARCHES
 from nvmount.errors import LdcacheError, PathError, strerror
 from nvmount.ldcache import image
 from nvmount.log import get_logger
+from nvmount.records import replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ log = get_logger(__name__)
 CACHE_NAME = "ld.so.cache"
 MAX_CACHE_BYTES = 8 << 20  # ldconfig's caches are a few hundred KiB; the image's is hostile input
 _GLIBC_MARKERS = ("ld.so.conf", "ld.so.conf.d")
+MAX_DIRS = 64  # directory names of the image's cache compared with the driver's
 
 
 class Fallback(Exception):
@@ -78,16 +81,58 @@ def update_ldcache(root: Root, procfs: ProcFs, plan: MountPlan, owner: tuple[int
             current = image.parse_image(old) if old else image.CacheImage()
         except image.UnsupportedCache as err:
             raise Fallback(f"the image's ld.so.cache: {err}") from err
-        merged = image.merge(current, new)
+        merged = image.merge(current, _as_named_by_image(root, new, current))
         if merged == current.entries:
             return "unchanged: the cache already lists the driver's libraries"
-        data = image.serialize(merged, current.generator, current.hwcaps)
+        # no generator text: the image's ("ldconfig (GLIBC ...)") did not write this cache
+        data = image.serialize(merged, b"", current.hwcaps)
         _install(etc, data, owner, journal, libc)
         keep_open = True
         return f"wrote /etc/{CACHE_NAME}: {len(merged)} entries ({len(new)} of the driver)"
     finally:
         if not keep_open:
             os.close(etc)
+
+
+def _as_named_by_image(root: Root, new: tuple[image.CacheEntry, ...],
+                       current: image.CacheImage) -> tuple[image.CacheEntry, ...]:
+    """The driver's entries under the name the image's cache gives their directory.
+
+    ldconfig keeps the first name of a directory it meets (the container's ld.so.conf order):
+    on a merged-/usr image it lists /usr/lib/<triplet> as /lib/<triplet>, and so does the
+    image's cache. A planned directory that is the same directory (device and inode, opened
+    in the rootfs) as one of the cache's takes that name, so this cache, the sandboxed
+    ldconfig's and one an ldconfig in the container writes list each library at one path."""
+    known = list(dict.fromkeys(posixpath.dirname(e.value) for e in current.entries))
+    ids: dict[bytes, tuple[int, int] | None] = {}
+
+    def ident(directory: bytes) -> tuple[int, int] | None:
+        if directory not in ids:
+            try:
+                fd = root.open_path(os.fsdecode(directory), os.O_PATH | os.O_DIRECTORY)
+            except PathError:
+                ids[directory] = None
+            else:
+                st = os.fstat(fd)
+                os.close(fd)
+                ids[directory] = (st.st_dev, st.st_ino)
+        return ids[directory]
+
+    merged_usr = any(k.startswith(b"/lib/") for k in known)
+    names: dict[bytes, bytes] = {}
+    out = []
+    for entry in new:
+        directory, base = posixpath.split(entry.value)
+        if directory not in names:
+            want = ident(directory)
+            # a directory the image's cache does not list yet (/usr/lib/i386-linux-gnu) is
+            # named as the cache names its siblings: /lib/... when /usr/lib/... is /lib/...
+            alias = [b"/lib/" + directory[9:]] if merged_usr and directory.startswith(
+                b"/usr/lib/") and b"/" not in directory[9:] else []  # /usr/lib/<triplet>
+            names[directory] = next((k for k in [*known[:MAX_DIRS], *alias] if k != directory
+                                     and want is not None and ident(k) == want), directory)
+        out.append(replace(entry, value=posixpath.join(names[directory], base)))
+    return tuple(out)
 
 
 def _read_old(etc: int, procfs: ProcFs) -> bytes | None:

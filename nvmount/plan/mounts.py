@@ -159,11 +159,17 @@ def _plan_files(
     for files, directory, what in groups:
         for f in files:
             if is_wanted(f.capabilities, capabilities):
-                target = posixpath.join(directory, posixpath.basename(f.container_path))
+                target = posixpath.join(directory, _subdir(f.container_path),
+                                        posixpath.basename(f.container_path))
                 bind = Bind(f.host_path, target, SourceKind.FILE, RO_LIB, what,
                             gate=f.capabilities)
                 binds.append((bind, f.soname))
     return binds
+
+
+def _subdir(path: str) -> str:
+    """The VDPAU driver keeps its directory under the libraries' (libvdpau's module dir)."""
+    return "vdpau" if posixpath.basename(posixpath.dirname(path)) == "vdpau" else ""
 
 
 def plan_links(mounted: list[tuple[Bind, str]]) -> list[Symlink]:
@@ -201,7 +207,8 @@ def ldcache_entries(files: list[tuple[Bind, str]],
     in ".so" and starts S (a development link, `libcuda.so`), which is keyed N. The path is
     the key in the same directory. First occurrence wins."""
     libs = {b.target: (soname or posixpath.basename(b.target), b.what == "library32")
-            for b, soname in files if b.what in ("library", "library32")}
+            for b, soname in files if b.what in ("library", "library32")
+            and not _subdir(b.target)}  # vdpau/ is no ldconfig directory
     hops = {link.target: posixpath.join(posixpath.dirname(link.target), link.link)
             for link in links if "/" not in link.link}
 

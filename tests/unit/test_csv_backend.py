@@ -44,3 +44,13 @@ def test_mode_selection(tmp_path: Path) -> None:
     assert csv_mode(config_from_document(root, "p"))
     legacy = {**root, "nvidia-container-runtime": {"mode": "legacy"}}
     assert not csv_mode(config_from_document(legacy, "p"))
+
+
+def test_skip_mode_detection_proceeds_as_legacy(tmp_path: Path) -> None:
+    """NVIDIA's hook with mode = "csv" and skip-mode-detection = true runs its legacy path
+    (the CLI): no CSV mount specs are read, so a missing spec directory is no error."""
+    doc = {"nvidia-container-cli": {"root": str(tmp_path)},
+           "nvidia-container-runtime": {"mode": "csv"}}
+    assert csv_mode(config_from_document(doc, "p"))
+    skip = {**doc, "nvidia-container-runtime-hook": {"skip-mode-detection": True}}
+    assert not csv_mode(config_from_document(skip, "p"))

@@ -28,6 +28,13 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout
 
 
+def _host(sim: SimRoot, out: str) -> list[str]:
+    """`list` prints paths relative to the driver root, as nvidia-container-cli does."""
+    lines = out.splitlines()
+    assert not any(x.startswith(sim.path) for x in lines)
+    return [sim.path + x for x in lines]
+
+
 def test_info_text(sim_root: SimRoot) -> None:
     out = _ok(nvhook(sim_root, "info"))
     expected = f"NVRM version:   {sim_root.driver_version}\nCUDA version:   12.4\n"
@@ -102,7 +109,7 @@ def _graphics_files(sim: SimRoot) -> set[str]:
 
 
 def test_list_everything(sim_root: SimRoot) -> None:
-    lines = _ok(nvhook(sim_root, "list")).splitlines()
+    lines = _host(sim_root, _ok(nvhook(sim_root, "list")))
     drawing = _graphics_files(sim_root)
     assert [x for x in lines if x not in drawing] == _expected_default_list(sim_root)
     assert {x for x in lines if x in drawing} == drawing  # after the libraries (-g)
@@ -118,7 +125,7 @@ def test_list_everything(sim_root: SimRoot) -> None:
 ], ids=["device-libs", "bins", "ipc", "no-firmware", "compat32"])
 def test_list_options(sim_root: SimRoot, args: list[str], expect: str) -> None:
     root = sim_root.path
-    lines = _ok(nvhook(sim_root, "list", *args)).splitlines()
+    lines = _host(sim_root, _ok(nvhook(sim_root, "list", *args)))
     libs = [p for p in _expected_default_list(sim_root) if p.startswith(sim_root.lib_dir)]
     libs32 = [p for p in _expected_default_list(sim_root) if p.startswith(sim_root.lib32_dir)]
     want = {
@@ -135,13 +142,14 @@ def test_list_options(sim_root: SimRoot, args: list[str], expect: str) -> None:
 
 def test_list_mig_devices_and_config(sim_mig_root: SimRoot) -> None:
     root = sim_mig_root.path
-    lines = _ok(nvhook(sim_mig_root, "list", "-d", "1:0")).splitlines()
+    lines = _host(sim_mig_root, _ok(nvhook(sim_mig_root, "list", "-d", "1:0")))
     m = sim_mig_root.gpus[1].mig_devices[0]
     caps = f"{root}/proc/driver/nvidia/capabilities/gpu1/mig/gi{m.gi}"
     assert lines[-5:] == [f"{root}/dev/nvidia1", f"{caps}/access",
                           f"{root}/dev/nvidia-caps/nvidia-cap{m.gi_minor}",
                           f"{caps}/ci0/access", f"{root}/dev/nvidia-caps/nvidia-cap{m.ci_minor}"]
-    lines = _ok(nvhook(sim_mig_root, "list", "-d", "all", "--mig-config", "all")).splitlines()
+    lines = _host(sim_mig_root, _ok(nvhook(sim_mig_root, "list", "-d", "all", "--mig-config",
+                                           "all")))
     at = lines.index(f"{root}/proc/driver/nvidia/capabilities/mig/config")
     assert lines[at + 1:at + 4] == [f"{root}/dev/nvidia-caps/nvidia-cap1",
                                     f"{root}/dev/nvidia-caps",
@@ -154,7 +162,7 @@ def test_list_mig_devices_and_config(sim_mig_root: SimRoot) -> None:
     (["list", "--imex-channel", "x"], {}, 1, "unsupported IMEX channel value: x"),
     (["list", "--imex-channel", "5"], {}, 1, "missing IMEX channel 5"),
     (["list", "--mig-config", "0"], {}, 1, "only 'all' devices are currently supported"),
-    (["info"], {"NVSIM_FAIL": "nvmlInit_v2:DRIVER_NOT_LOADED"}, 1,
+    (["info", "--fresh"], {"NVSIM_FAIL": "nvmlInit_v2:DRIVER_NOT_LOADED"}, 1,
      "nvml nvmlInit_v2 failed: Driver Not Loaded (code 9) (is the NVIDIA kernel module loaded?"),
     (["info", "--json", "--csv"], {}, 2, "not allowed with argument"),
     (["list", "--bogus"], {}, 2, "unrecognized arguments: --bogus"),
@@ -168,7 +176,7 @@ def test_errors(sim_root: SimRoot, args: list[str], env: dict[str, str], rc: int
 
 
 def test_list_imex_channel(sim_root: SimRoot) -> None:
-    lines = _ok(nvhook(sim_root, "list", "--imex-channel", "0", "-b")).splitlines()
+    lines = _host(sim_root, _ok(nvhook(sim_root, "list", "--imex-channel", "0", "-b")))
     assert lines[0] == f"{sim_root.path}/dev/nvidia-caps-imex-channels/channel0"
 
 
