@@ -5,4 +5,6 @@ pytest_plugins = [
     "tests.fixtures.containers",
     "tests.fixtures.clients",
     "tests.fixtures.gpu_clients",
+    "tests.fixtures.cri_api",
+    "tests.fixtures.cri",
 ]
