@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.gpu_clients",
     "tests.fixtures.cri_api",
     "tests.fixtures.cri",
+    "tests.fixtures.cri_host",
 ]
