@@ -181,3 +181,30 @@ def test_docker_module_keeps_existing_entry_keys() -> None:
     doc = docker.configure({"runtimes": {"nvidia": {"path": "/old", "args": ["--x"], "y": 1}}},
                            "nvidia", WRAPPER, set_default=False, where="d")
     assert doc["runtimes"]["nvidia"] == {"path": WRAPPER, "args": ["--x"], "y": 1}
+
+
+def test_remove_docker_crio_and_hooks_file(tmp_path: Path) -> None:
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text('{"data-root": "/d", "runtimes": {"other": {"path": "/x"}}}')
+    before = daemon.read_text()
+    args = ("--runtime=docker", f"--config={daemon}", f"--runtime-path={WRAPPER}")
+    assert configure(*args, "--set-as-default").returncode == 0
+    proc = configure(*args, "--remove")
+    assert proc.returncode == 0 and "restart docker to apply it" in proc.stdout, proc.stderr
+    assert json.loads(daemon.read_text()) == json.loads(before)
+    assert "has no such runtime" in configure(*args, "--remove").stdout
+
+    drop = tmp_path / "crio.conf.d" / "99-nvidia.toml"
+    crio_args = ("--runtime=crio", f"--config={tmp_path}/crio.conf", f"--drop-in={drop}",
+                 f"--runtime-path={WRAPPER}")
+    assert configure(*crio_args, "--set-as-default").returncode == 0
+    assert configure(*crio_args, "--remove").returncode == 0 and not drop.exists()
+
+    hook = tmp_path / "hook"
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    hooks = ("--runtime=podman", f"--hooks-dir={tmp_path}/hooks.d", f"--hook-path={hook}")
+    assert configure(*hooks).returncode == 0
+    assert configure(*hooks, "--remove").returncode == 0
+    assert not (tmp_path / "hooks.d" / "oci-nvidia-hook.json").exists()
+    assert "does not exist" in configure(*hooks, "--remove").stdout
