@@ -16,10 +16,12 @@ against the same simulated driver (8 GPUs), each pod asking for one GPU by UUID
     nvidia-1.20.0 /opt/peer-1.20's runtime, mode auto = jit-cdi (no prestart hook, no step)
 
 Logged per handler: the medians of StartContainer (runc create and start of the GPU container:
-every hook runs in it) and of the whole pod (RunPodSandbox .. RemovePodSandbox; the pause
-container and the shim's runc calls pass through the handler's binary too). NVIDIA 1.17.8's own
-cost is its figure minus sim-step's. Figures, not assertions: each handler must only give the
-pod its GPU node. Skipped unless NVHOOK_LONG=1 and NVIDIA's stacks are built (/opt/peer*).
+every hook runs in it), of the whole pod (RunPodSandbox .. RemovePodSandbox; the pause
+container and the shim's runc calls pass through the handler's binary too), and of the pod's
+CPU time in containerd's cgroup (containerd, the shims, runc, the wrappers and hooks; the
+containers themselves are elsewhere). NVIDIA 1.17.8's own cost is its figure minus sim-step's.
+Figures, not assertions: each handler must only give the pod its GPU node. Skipped unless
+NVHOOK_LONG=1 and NVIDIA's stacks are built (/opt/peer*).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.demo.driver import sim_prestart_entry
-from tests.fixtures.cri import DEBIAN_STOCK, CriNodes
+from tests.fixtures.cri import DEBIAN_STOCK, CriNode, CriNodes
 from tests.fixtures.gpu_clients import GpuInstall
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow,
@@ -122,6 +124,16 @@ def handlers(work: Path, install: GpuInstall) -> dict[str, Path]:
     return out
 
 
+def daemon_cpu_cgroup(node: CriNode) -> Path:
+    """A cpuacct cgroup holding containerd (and so its shims, runc, the runtime wrappers and
+    the hooks they run; not the containers, which runc moves to the pods' cgroups)."""
+    assert node._daemon is not None
+    path = Path("/sys/fs/cgroup/cpuacct") / node.cgroup / "daemon"
+    path.mkdir(parents=True)
+    (path / "cgroup.procs").write_text(str(node._daemon.pid))
+    return path
+
+
 @pytest.mark.skipif(not all(os.access(p / "bin/nvidia-container-runtime", os.X_OK)
                             for p in (PEER_1_17, PEER_1_20)), reason="needs /opt/peer*")
 def test_gpu_pod_start_through_cri(cri_nodes: CriNodes, gpu_install: GpuInstall,
@@ -133,22 +145,28 @@ def test_gpu_pod_start_through_cri(cri_nodes: CriNodes, gpu_install: GpuInstall,
         assert proc.returncode == 0, proc.stderr
     node.start()
     node.import_images()
+    cpu = daemon_cpu_cgroup(node)
     uuid = gpu_install.sim.gpus[1].uuid
     probe = ["sh", "-c", "ls /dev | grep -E '^nvidia[0-9]+$' || true"]
     starts: dict[str, list[float]] = {"runc": [], **{n: [] for n in paths}}
     pods: dict[str, list[float]] = {n: [] for n in starts}
+    cpus: dict[str, list[float]] = {n: [] for n in starts}
     for i in range(ROUNDS + 1):
         for name in starts:
+            used = int((cpu / "cpuacct.usage").read_text())
             result = node.run_pod(node.pod(probe, handler=name,
                                            envs={"NVIDIA_VISIBLE_DEVICES": uuid}))
+            cpus[name].append((int((cpu / "cpuacct.usage").read_text()) - used) / 1e9)
             want = "" if name in ("runc", "sim-step") else "nvidia1\n"
             assert (result.exit_code, result.output) == (0, want), f"{name}: {result.describe()}"
             if i:  # round 0 warms up
                 starts[name].append(result.seconds["StartContainer"])
                 pods[name].append(sum(result.seconds.values()))
-    lines = [f"{'handler':14} {'StartContainer':>15} {'whole pod':>10}  (median ms, {ROUNDS} "
-             f"rounds, load {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]})"]
+    lines = [f"{'handler':14} {'StartContainer':>15} {'whole pod':>10} {'pod CPU':>8}  (median "
+             f"ms, {ROUNDS} rounds, load {os.getloadavg()[0]:.1f}, Python "
+             f"{sys.version.split()[0]})"]
     for name in starts:
         lines.append(f"{name:14} {statistics.median(starts[name]) * 1000:15.0f} "
-                     f"{statistics.median(pods[name]) * 1000:10.0f}")
+                     f"{statistics.median(pods[name]) * 1000:10.0f} "
+                     f"{statistics.median(cpus[name][1:]) * 1000:8.0f}")
     log.info("GPU pod through CRI:\n%s", "\n".join(lines))
