@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from nvhook import __version__
 from tests.fixtures.cri import CRI_NEEDS, DEBIAN_STOCK, DOCKER_CONTAINERD_IO, CriNode, CriNodes
 from tests.fixtures.cri_api import PodResult
 from tests.fixtures.cri_host import HostNode, HostNodes
@@ -78,24 +77,20 @@ def check_gpu(result: PodResult, install: GpuInstall, index: int) -> None:
     assert gpu_listing(result.output) == install.expect([index]), result.describe()
 
 
-def run(node: HostNode, *args: str) -> str:
-    proc = node.installer(*args, NVHOOK_DEB_DIR=str(DEB_DIR[0]),
+def run(node: HostNode, deb: Path, *args: str) -> str:
+    proc = node.installer(*args, NVHOOK_DEB_DIR=str(deb.parent),
                           DEVICE_LIST_STRATEGY="volume-mounts")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout + proc.stderr
 
 
-DEB_DIR: list[Path] = []
-
-
 def test_installer_on_a_debian_node(host_nodes: HostNodes, cri_nodes: CriNodes,
                                     gpu_install: GpuInstall, deb: Path) -> None:
-    DEB_DIR[:] = [deb.parent]
     node = node_with(host_nodes, gpu_install, NODE_CONFIG)
     cri = node.wait_cri(cri_nodes)
     cri.import_images()
     assert cri.run_pod(cri.pod(["true"])).exit_code == 0
-    first = run(node)
+    first = run(node, deb)
     assert "Added the drop-in's directory to the imports" in first, first
     assert node.systemctl_calls() == ["start containerd", "restart containerd"]
     use_sim_driver(node, gpu_install)
@@ -104,7 +99,7 @@ def test_installer_on_a_debian_node(host_nodes: HostNodes, cri_nodes: CriNodes,
     assert cri.run_pod(cri.pod(["true"])).exit_code == 0  # the default handler still works
     files = (node.path(MAIN).read_bytes(), node.path(DROP_IN).read_bytes())
 
-    second = run(node)  # a second run: nothing changes, nothing restarts
+    second = run(node, deb)  # a second run: nothing changes, nothing restarts
     assert "did not change: nothing to restart" in second, second
     assert (node.path(MAIN).read_bytes(), node.path(DROP_IN).read_bytes()) == files
     assert node.systemctl_calls().count("restart containerd") == 1
@@ -114,11 +109,11 @@ def test_installer_on_a_debian_node(host_nodes: HostNodes, cri_nodes: CriNodes,
     cri = node.wait_cri(cri_nodes)
     lost = gpu_pod(cri, gpu_install, 2)
     assert 'no runtime for "nvidia" is configured' in lost.error, lost.describe()
-    run(node)  # the next run brings the runtime back, with one restart
+    run(node, deb)  # the next run brings the runtime back, with one restart
     assert node.systemctl_calls().count("restart containerd") == 3
     check_gpu(gpu_pod(node.wait_cri(cri_nodes), gpu_install, 4), gpu_install, 4)
 
-    removed = run(node, "uninstall")
+    removed = run(node, deb, "uninstall")
     assert f"Restored {MAIN} from {MAIN}.nvhook.bak" in removed, removed
     assert node.path(MAIN).read_text() == NODE_CONFIG  # byte for byte
     assert not node.path(DROP_IN).exists() and not node.path(f"{MAIN}.nvhook.bak").exists()
@@ -143,4 +138,4 @@ def test_installer_on_dockers_containerd_io_config(host_nodes: HostNodes,
     assert not node.path("/var/cache/nvhook").exists()
     assert node.in_node("dpkg-query", "-W", "nvhook").returncode != 0
     assert node.systemctl_calls() == ["start containerd"]
-    assert node.containerd_pid() is not None and __version__
+    assert node.containerd_pid() is not None
