@@ -220,14 +220,20 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
     (
         "runtime configure",
         "docker: key order kept, the wrapper's absolute path, an existing entry's `args` "
-        "kept; containerd: a drop-in only (the main file is never written; a note names the "
-        "`imports` line it needs), config versions 2 and 3, `runtime_type` always set, no "
-        "`runtime_root`/`runtime_engine`; crio: a drop-in in crio.conf.d; podman: the hooks.d "
-        "file with an explicit env and `when: always`; a file that does not parse is "
-        "refused, output is read back before it is written, a second run changes nothing",
-        "daemons resolve a bare name on their own PATH at their start; rewriting containerd's "
-        "main config and drop-ins without `runtime_type` are NVIDIA bugs users hit "
-        "(painpoints 7)",
+        "kept; containerd: a drop-in holding the CRI plugin section in effect before it (config "
+        "versions 1 and 2; CRI's default `runc` kept) or only the runtime (version 3), "
+        "re-derived on every run, `runtime_type` always set, `container_annotations` "
+        "`cdi.k8s.io/*`, no `runtime_root`/`runtime_engine`; the main file is only given one "
+        "`imports` entry where it lacks one (a text edit, checked, with a backup; version 1 "
+        "files too), and `--remove` gives it back byte for byte; a disabled CRI plugin is "
+        "refused; crio: a drop-in in crio.conf.d; podman: the hooks.d file with an explicit env "
+        "and `when: always`; a file that does not parse is refused, output is read back before "
+        "it is written, a second run changes nothing",
+        "daemons resolve a bare name on their own PATH at their start; NVIDIA 1.20 re-serialises "
+        "containerd's main file, copies the CRI section without `runtimes.runc` (CRI then fails "
+        "to load on a config without a runtimes table, such as Debian's), leaves version-1 "
+        "files unimported and a CRI-disabled config silently useless; drop-ins without "
+        "`runtime_type` are NVIDIA bugs users hit (painpoints 7)",
     ),
     (
         "Graphics: no non-GLVND GL libraries",

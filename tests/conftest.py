@@ -6,4 +6,7 @@ pytest_plugins = [
     "tests.fixtures.realdriver",
     "tests.fixtures.clients",
     "tests.fixtures.gpu_clients",
+    "tests.fixtures.cri_api",
+    "tests.fixtures.cri",
+    "tests.fixtures.cri_host",
 ]

@@ -3,11 +3,12 @@
     nvhook runtime configure [--runtime=docker|containerd|crio|podman] [--config=PATH]
         [--drop-in=PATH] [--hooks-dir=DIR] [--runtime-name=NAME] [--runtime-path=PATH]
         [--hook-path=PATH] [--hook-config=PATH] [--config-mode=config-file|oci-hook]
-        [--set-as-default] [--enable-cdi] [--dry-run]
+        [--set-as-default] [--enable-cdi] [--dry-run] [--remove]
 
 docker: daemon.json (`--config`, default /etc/docker/daemon.json) gets `runtimes.<name>`.
 containerd: a drop-in (`--drop-in`, default /etc/containerd/conf.d/99-nvidia.toml) built from
-the main config (`--config`, default /etc/containerd/config.toml), which is never written.
+the main config (`--config`, default /etc/containerd/config.toml) and what it imports; the main
+file gets an `imports` entry only when it does not import the drop-in yet (nvhook.configure.ctrd).
 crio: a drop-in (default /etc/crio/crio.conf.d/99-nvidia.toml) built from /etc/crio/crio.conf;
 with `--config-mode=oci-hook` the hooks.d file instead (default dir
 /usr/share/containers/oci/hooks.d, CRI-O's). podman: the hooks.d file `oci-nvidia-hook.json`
@@ -19,6 +20,7 @@ absolute paths (a daemon resolves a bare name on *its* PATH, at its start). Exis
 kept; a file that does not parse is refused, as is output that would not read back as meant;
 files are replaced atomically (same mode; new ones 0644); running it twice changes nothing the
 second time. `--dry-run` prints the file instead. It ends by saying what to restart.
+`--remove` takes the runtime out again (containerd: the main file as it was, byte for byte).
 NVIDIA's flag names (`--nvidia-runtime-name`, `--nvidia-set-as-default`, ...) are accepted.
 """
 
@@ -29,20 +31,19 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from nvhook.configure.files import (
+    DEFAULTS,
+    DROP_INS,
+    HOOKS_DIRS,
+    read_text,
+    read_toml,
+    write_atomic,
+)
 from nvhook.errors import ConfigureError, UsageError
 
 if TYPE_CHECKING:
     from nvhook.flags import GlobalOptions
 
-DEFAULTS = {
-    "docker": "/etc/docker/daemon.json",
-    "containerd": "/etc/containerd/config.toml",
-    "crio": "/etc/crio/crio.conf",
-}
-DROP_INS = {"containerd": "/etc/containerd/conf.d/99-nvidia.toml",
-            "crio": "/etc/crio/crio.conf.d/99-nvidia.toml"}
-HOOKS_DIRS = {"podman": "/etc/containers/oci/hooks.d", "crio": "/usr/share/containers/oci/hooks.d"}
-MAX_BYTES = 4 * 1024 * 1024
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,9 +67,11 @@ def _parser() -> _Parser:
     p.add_argument("--config-mode", default="config-file", choices=("config-file", "oci-hook"))
     p.add_argument("--set-as-default", "--nvidia-set-as-default", dest="set_default",
                    action="store_true")
-    p.add_argument("--enable-cdi", "--cdi.enabled", dest="enable_cdi", action="store_true",
-                   help="docker: features.cdi; containerd: the CRI plugin's enable_cdi")
+    p.add_argument("--enable-cdi", "--cdi.enabled", "--cdi.enable", dest="enable_cdi",
+                   action="store_true",
+                   help="docker: features.cdi; containerd 1.7+: the CRI plugin's enable_cdi")
     p.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
+    p.add_argument("--remove", action="store_true", help="remove the runtime again")
     return p
 
 
@@ -79,10 +82,14 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
                          "--runtime=docker|containerd|crio|podman ...)")
     args = _parser().parse_args(argv[1:])
     args.config = args.config or opts.config_path  # `--config` is also nvhook's global flag
+    if args.remove:
+        return _remove(args)
     if args.runtime == "podman" or args.config_mode == "oci-hook":
         return _hooks_file(args)
     if args.runtime == "docker":
         return _docker(args)
+    if args.runtime == "containerd":
+        return _containerd(args)
     return _drop_in(args)
 
 
@@ -107,39 +114,6 @@ def _absolute(path: str | None, name: str, flag: str) -> str:
     return path
 
 
-def read_text(path: str) -> str | None:
-    """The file's text, None when it does not exist."""
-    try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise ConfigureError(f"read {path}: {err.strerror}") from err
-    if len(data) > MAX_BYTES:
-        raise ConfigureError(f"refuse to edit {path}: larger than 4 MiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigureError(f"refuse to edit {path}: not UTF-8 ({err})") from err
-
-
-def read_toml(path: str) -> dict[str, Any] | None:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
-        import tomli as tomllib
-
-    text = read_text(path)
-    if text is None:
-        return None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigureError(f"refuse to use {path}: not valid TOML: {err} (fix the file "
-                             "first; nothing was written)") from err
-
-
 def _docker(args: argparse.Namespace) -> int:
     from nvhook.configure import docker
 
@@ -155,7 +129,7 @@ def _docker(args: argparse.Namespace) -> int:
 
 
 def _drop_in(args: argparse.Namespace) -> int:
-    from nvhook.configure import containerd, crio
+    from nvhook.configure import crio
     from nvhook.configure.tomlw import render_checked
 
     main_path = args.config or DEFAULTS[args.runtime]
@@ -163,47 +137,43 @@ def _drop_in(args: argparse.Namespace) -> int:
     runtime_path = _absolute(args.runtime_path, "nvidia-container-runtime", "--runtime-path")
     main_doc, current = read_toml(main_path), read_text(drop_path)
     drop_doc = read_toml(drop_path) if current is not None else None
-    if args.runtime == "crio":
-        if args.enable_cdi:
-            sys.stderr.write("warning: --enable-cdi ignored for crio (CRI-O reads CDI specs "
-                             "without a setting)\n")
-        doc = crio.configure(main_doc, drop_doc, args.name, runtime_path,
-                             set_default=args.set_default, where=drop_path)
-    else:
-        version = containerd.config_version(main_doc, _containerd_default_version())
-        doc = containerd.configure(main_doc, drop_doc, version, args.name, runtime_path,
-                                   set_default=args.set_default, where=drop_path,
-                                   enable_cdi=args.enable_cdi)
-        _containerd_warnings(main_doc, main_path, drop_path, version)
+    if args.enable_cdi:
+        sys.stderr.write("warning: --enable-cdi ignored for crio (CRI-O reads CDI specs "
+                         "without a setting)\n")
+    doc = crio.configure(main_doc, drop_doc, args.name, runtime_path,
+                         set_default=args.set_default, where=drop_path)
     return _finish(args, drop_path, current, render_checked(doc, drop_path), args.runtime)
 
 
-def _containerd_default_version() -> int:
-    """No main config: version 3 for a containerd 2.x binary, else 2."""
-    import subprocess
+def _containerd(args: argparse.Namespace) -> int:
+    from nvhook.configure import ctrd
+    from nvhook.configure.hints import restart_hint
 
-    try:
-        out = subprocess.run(["containerd", "--version"], capture_output=True, text=True,
-                             timeout=10, check=False).stdout
-    except OSError:
-        return 2
-    words = [w for w in out.split() if w.startswith(("v1.", "v2.", "1.", "2."))]
-    return 3 if words and words[0].lstrip("v").startswith("2.") else 2
+    runtime_path = _absolute(args.runtime_path, "nvidia-container-runtime", "--runtime-path")
+    rc = ctrd.configure(args.config or DEFAULTS["containerd"],
+                        args.drop_in or DROP_INS["containerd"], runtime_path, name=args.name,
+                        set_default=args.set_default, enable_cdi=args.enable_cdi,
+                        dry_run=args.dry_run)
+    if not args.dry_run:
+        print(restart_hint("containerd", args.name))
+    return rc
 
 
-def _containerd_warnings(main: dict[str, Any] | None, main_path: str, drop_path: str,
-                         version: int) -> None:
-    from nvhook.configure import containerd
+def _remove(args: argparse.Namespace) -> int:
+    """`--remove`: the runtime (or the hooks file) out of the engine's configuration."""
+    from nvhook.configure import ctrd, removal
 
-    if main is None or not containerd.imports_drop_in(main, main_path, drop_path):
-        directory = os.path.dirname(drop_path)
-        sys.stderr.write(
-            f"note: containerd reads {drop_path} only if {main_path} imports it: add\n"
-            f'  imports = ["{directory}/*.toml"]\n'
-            f"at the top of {main_path} (nvhook never edits the main file)\n")
-    if containerd.cri_disabled(main, version):
-        sys.stderr.write(f"note: the CRI plugin is disabled in {main_path}: Kubernetes cannot "
-                         "use the runtime (ctr --runc-binary still can)\n")
+    if args.runtime == "containerd" and args.config_mode != "oci-hook":
+        rc = ctrd.remove(args.config or DEFAULTS["containerd"],
+                         args.drop_in or DROP_INS["containerd"], name=args.name,
+                         dry_run=args.dry_run)
+    else:
+        rc = removal.remove(args)
+    if not args.dry_run:
+        from nvhook.configure.hints import removal_hint
+
+        print(removal_hint(args.runtime if args.config_mode != "oci-hook" else "podman"))
+    return rc
 
 
 def _hooks_file(args: argparse.Namespace) -> int:
@@ -240,25 +210,3 @@ def _finish(args: argparse.Namespace, path: str, current: str | None, text: str,
             found = "not on this PATH"
         print(GPUS_FLAG.format(found=found))
     return 0
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` via a new file in its directory (mode kept; new: 0644)."""
-    directory = os.path.dirname(path) or "."
-    try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.nvhook-{os.getpid()}")
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as err:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise ConfigureError(f"write {path}: {err.strerror}") from err

@@ -22,6 +22,14 @@ def restart_hint(runtime: str, name: str = "nvidia") -> str:
     return RESTART[runtime].replace("NAME", name)
 
 
+def removal_hint(runtime: str) -> str:
+    """One line after `runtime configure --remove`."""
+    if runtime == "podman":
+        return RESTART["podman"]
+    service = {"docker": "docker", "containerd": "containerd", "crio": "crio"}[runtime]
+    return f"restart {runtime} to apply it (systemctl restart {service})"
+
+
 def install_hint(prefix: str) -> str:
     """The next steps after installing launchers into `prefix` (printed on stderr)."""
     lines = [

@@ -155,7 +155,8 @@ def test_kubernetes_installer_on_a_debian_host(deb: Path, debian_root: Path) -> 
          'mount -t proc proc "$HOST/proc" && mount --rbind /dev "$HOST/dev" && exec sh "$0"',
          str(script)],
         env={"HOST": str(debian_root), "NVHOOK_DEB_DIR": str(deb.parent), "ONESHOT": "true",
-             "DEVICE_LIST_STRATEGY": "volume-mounts", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+             "DEVICE_LIST_STRATEGY": "volume-mounts", "RESTART_RUNTIME": "false",
+             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
         capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = (debian_root / "etc/nvidia-container-runtime/config.toml").read_text()

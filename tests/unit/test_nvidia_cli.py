@@ -285,7 +285,8 @@ def test_config_command_in_place(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def _docs(runtime: str, text: str) -> Any:
     if runtime == "docker":
         return json.loads(text)
-    return tomllib.loads(text.split("\nimports = ")[0])  # 1.20 prints the drop-in, then main
+    # 1.20 prints the drop-in, then the main file; nvhook the drop-in, then the main file's diff
+    return tomllib.loads(text.split("\nimports = ")[0].split("\n--- ")[0])
 
 
 def _runtime_table(runtime: str, doc: dict[str, Any]) -> tuple[Any, ...]:

@@ -46,7 +46,7 @@ def test_daemonset_structure() -> None:
     assert container["securityContext"] == {"privileged": True}
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {"HOST": "/host", "RUNTIME": "containerd", "DEVICE_LIST_STRATEGY": "envvar",
-                   "RESTART_RUNTIME": "false"}  # restarts nothing unless asked
+                   "RESTART_RUNTIME": "true"}  # restarts only when it changed the config
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
     assert mounts == {"host": env["HOST"]} and volumes == {"host": "/"}
@@ -86,20 +86,34 @@ def test_installer_plan_default(tmp_path: Path) -> None:
         "/var/cache/nvhook/nvhook_0.1.0_all.deb",
         "chroot /host nvhook config check",
         "chroot /host nvhook runtime configure --runtime=containerd",
+        "chroot /host systemctl restart containerd",
         "chroot /host nvhook doctor",
     ]
-    assert "restart containerd on this node" in proc.stderr
+    assert "the restart below happens only if the containerd config changed" in proc.stderr
 
 
 @pytest.mark.parametrize(("strategy", "expected"), [
     ("volume-mounts", "sed -i"), ("cdi", "chroot /host nvhook cdi generate --output "
                                          "/var/run/cdi/nvidia.yaml")])
-def test_installer_strategies_and_restart(tmp_path: Path, strategy: str, expected: str) -> None:
-    proc = _dry_run(tmp_path, DEVICE_LIST_STRATEGY=strategy, RESTART_RUNTIME="true")
+def test_installer_strategies_without_restart(tmp_path: Path, strategy: str,
+                                              expected: str) -> None:
+    proc = _dry_run(tmp_path, DEVICE_LIST_STRATEGY=strategy, RESTART_RUNTIME="false")
     assert proc.returncode == 0, proc.stderr
     commands = _commands(proc)
     assert any(c.startswith(expected) for c in commands)
-    assert "chroot /host systemctl restart containerd" in commands
+    assert not any("systemctl" in c for c in commands)
+    assert "restart containerd on this node" in proc.stderr
+
+
+def test_installer_uninstall_plan(tmp_path: Path) -> None:
+    proc = _dry_run(tmp_path, ACTION="uninstall")
+    assert proc.returncode == 0, proc.stderr
+    assert _commands(proc) == [
+        "chroot /host nvhook runtime configure --runtime=containerd --remove",
+        "chroot /host systemctl restart containerd",
+        "chroot /host apt-get remove -y nvhook",
+        "rm -rf /host/var/cache/nvhook",
+    ]
 
 
 def test_installer_refuses_bad_settings(tmp_path: Path) -> None:
@@ -107,6 +121,8 @@ def test_installer_refuses_bad_settings(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "use envvar, volume-mounts or cdi" in proc.stderr
     proc = _dry_run(tmp_path, RUNTIME="lxc")
     assert proc.returncode == 1 and "use containerd, crio or docker" in proc.stderr
+    proc = _dry_run(tmp_path, ACTION="upgrade")
+    assert proc.returncode == 1 and "use install or uninstall" in proc.stderr
     os.unlink(tmp_path / "nvhook_0.1.0_all.deb")
     proc = subprocess.run(["sh", str(SCRIPT)], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "NVHOOK_DRY_RUN": "1",

@@ -67,7 +67,7 @@ def test_docker_dry_run_writes_nothing(tmp_path: Path) -> None:
 
 
 MAIN_V2 = """version = 2
-imports = ["conf.d/*.toml"]
+imports = ["{dir}/conf.d/*.toml"]
 [plugins."io.containerd.grpc.v1.cri".containerd]
   default_runtime_name = "runc"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -79,52 +79,63 @@ imports = ["conf.d/*.toml"]
 
 def test_containerd_v2_dropin_copies_runc_options(tmp_path: Path) -> None:
     main = tmp_path / "config.toml"
-    main.write_text(MAIN_V2)
+    main.write_text(MAIN_V2.format(dir=tmp_path))
     drop = tmp_path / "conf.d" / "99-nvidia.toml"
     proc = configure("--runtime=containerd", f"--config={main}", f"--drop-in={drop}",
                      f"--runtime-path={WRAPPER}", "--set-as-default")
     assert proc.returncode == 0, proc.stderr
-    assert "note:" not in proc.stderr  # imported by the glob, CRI enabled
+    assert "imports" not in proc.stdout  # imported by the glob: the main file is not touched
     cri = tomllib.loads(drop.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["containerd"]["default_runtime_name"] == "nvidia"
     assert cri["containerd"]["runtimes"]["nvidia"] == {
-        "runtime_type": "io.containerd.runc.v2",
+        "runtime_type": "io.containerd.runc.v2", "container_annotations": ["cdi.k8s.io/*"],
         "options": {"SystemdCgroup": True, "BinaryName": WRAPPER}}
-    assert main.read_text() == MAIN_V2
+    assert cri["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+    assert main.read_text() == MAIN_V2.format(dir=tmp_path)
+    assert not (tmp_path / "config.toml.nvhook.bak").exists()
     assert "already up to date" in configure("--runtime=containerd", f"--config={main}",
                                              f"--drop-in={drop}", f"--runtime-path={WRAPPER}",
                                              "--set-as-default").stdout
 
 
-def test_containerd_v3_and_notes(tmp_path: Path) -> None:
+def test_containerd_v3_holds_only_the_runtime(tmp_path: Path) -> None:
     main = tmp_path / "config.toml"
-    main.write_text('version = 3\ndisabled_plugins = ["io.containerd.cri.v1.runtime"]\n')
+    main.write_text('version = 3\nimports = ["d/*.toml"]\n'
+                    '[plugins."io.containerd.cri.v1.images"]\nsnapshotter = "native"\n'
+                    '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+                    'runtime_type = "io.containerd.runc.v2"\n')
     drop = tmp_path / "d" / "99-nvidia.toml"
     drop.parent.mkdir()
     drop.write_text('version = 3\n[plugins."io.containerd.cri.v1.images"]\nkeep = true\n')
     proc = configure("--runtime=containerd", f"--config={main}", f"--drop-in={drop}",
                      f"--runtime-path={WRAPPER}")
     assert proc.returncode == 0, proc.stderr
-    assert f"imports = [\"{drop.parent}/*.toml\"]" in proc.stderr
-    assert "the CRI plugin is disabled" in proc.stderr
+    assert "imports" not in proc.stdout  # 2.x: a relative glob is relative to the file's dir
     doc = tomllib.loads(drop.read_text())
     assert doc["plugins"]["io.containerd.cri.v1.images"] == {"keep": True}
-    assert doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"] \
-        == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": WRAPPER}}
+    assert doc["plugins"]["io.containerd.cri.v1.runtime"] == {"containerd": {"runtimes": {
+        "nvidia": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": WRAPPER},
+                   "container_annotations": ["cdi.k8s.io/*"]}}}}
+
+
+def test_containerd_refuses_a_disabled_cri_plugin(tmp_path: Path) -> None:
+    main = tmp_path / "config.toml"
+    main.write_text('version = 3\ndisabled_plugins = ["io.containerd.cri.v1.runtime"]\n')
+    drop = tmp_path / "d" / "99-nvidia.toml"
+    proc = configure("--runtime=containerd", f"--config={main}", f"--drop-in={drop}",
+                     f"--runtime-path={WRAPPER}")
+    assert proc.returncode == 1 and "the CRI plugin is disabled" in proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith("nothing was written")  # one line
+    assert not drop.parent.exists()
 
 
 def test_containerd_refusals() -> None:
-    with pytest.raises(ConfigureError, match="version 1 is not supported"):
-        containerd.config_version({"root": "/x"}, 2)
+    with pytest.raises(ConfigureError, match="version 4 is not supported"):
+        containerd.config_version({"version": 4}, 2)
+    assert containerd.config_version({"root": "/x"}, 2) == 1
     with pytest.raises(ConfigureError, match="has version 3 but the main config is version 2"):
-        containerd.configure({}, {"version": 3}, 2, "nvidia", WRAPPER, set_default=False,
-                             where="d.toml")
-    assert containerd.imports_drop_in({"imports": ["/etc/containerd/conf.d/*.toml"]},
-                                      "/etc/containerd/config.toml",
-                                      "/etc/containerd/conf.d/99-nvidia.toml")
-    assert not containerd.imports_drop_in({"imports": ["/etc/containerd/*.toml"]},
-                                          "/etc/containerd/config.toml",
-                                          "/etc/containerd/conf.d/99-nvidia.toml")
+        containerd.drop_in_document({}, {"version": 3, "root": "/x"}, None, 2, "nvidia",
+                                    WRAPPER, set_default=False, where="d.toml")
 
 
 def test_crio_dropin() -> None:
@@ -170,3 +181,30 @@ def test_docker_module_keeps_existing_entry_keys() -> None:
     doc = docker.configure({"runtimes": {"nvidia": {"path": "/old", "args": ["--x"], "y": 1}}},
                            "nvidia", WRAPPER, set_default=False, where="d")
     assert doc["runtimes"]["nvidia"] == {"path": WRAPPER, "args": ["--x"], "y": 1}
+
+
+def test_remove_docker_crio_and_hooks_file(tmp_path: Path) -> None:
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text('{"data-root": "/d", "runtimes": {"other": {"path": "/x"}}}')
+    before = daemon.read_text()
+    args = ("--runtime=docker", f"--config={daemon}", f"--runtime-path={WRAPPER}")
+    assert configure(*args, "--set-as-default").returncode == 0
+    proc = configure(*args, "--remove")
+    assert proc.returncode == 0 and "restart docker to apply it" in proc.stdout, proc.stderr
+    assert json.loads(daemon.read_text()) == json.loads(before)
+    assert "has no such runtime" in configure(*args, "--remove").stdout
+
+    drop = tmp_path / "crio.conf.d" / "99-nvidia.toml"
+    crio_args = ("--runtime=crio", f"--config={tmp_path}/crio.conf", f"--drop-in={drop}",
+                 f"--runtime-path={WRAPPER}")
+    assert configure(*crio_args, "--set-as-default").returncode == 0
+    assert configure(*crio_args, "--remove").returncode == 0 and not drop.exists()
+
+    hook = tmp_path / "hook"
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    hooks = ("--runtime=podman", f"--hooks-dir={tmp_path}/hooks.d", f"--hook-path={hook}")
+    assert configure(*hooks).returncode == 0
+    assert configure(*hooks, "--remove").returncode == 0
+    assert not (tmp_path / "hooks.d" / "oci-nvidia-hook.json").exists()
+    assert "does not exist" in configure(*hooks, "--remove").stdout

@@ -77,7 +77,7 @@ def main(argv: list[str], ctx: Context) -> int:
 
 def _read(path: str) -> str:
     """The file's text; nvhook's default file when it does not exist (as NVIDIA's)."""
-    from nvhook.configure.cmd import read_text
+    from nvhook.configure.files import read_text
 
     text = read_text(path)
     if text is None:
@@ -91,7 +91,7 @@ def _output(text: str, path: str) -> None:
     if not path:
         sys.stdout.write(text)
         return
-    from nvhook.configure.cmd import write_atomic
+    from nvhook.configure.files import write_atomic
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
     write_atomic(path, text)
