@@ -62,8 +62,8 @@ def configure(main_path: str, drop_path: str, runtime_path: str, *, name: str = 
     text = containerd.header(version, main_path, names) + render_checked(doc, drop_path)
     new_main = main_text
     if not imports.covers(main_doc, main_path, version, drop_path):
-        new_main = imports.add_import(main_text, main_doc, imports.import_pattern(drop_path, main_path),
-                                      version, main_path)
+        pattern = imports.import_pattern(drop_path, main_path)
+        new_main = imports.add_import(main_text, main_doc, pattern, version, main_path)
     if dry_run:
         sys.stdout.write(text + _diff(main_path, main_text, new_main))
         return 0
