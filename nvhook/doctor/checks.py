@@ -74,9 +74,11 @@ def check_driver(config: HookConfig) -> tuple[DriverInventory | None, list[Findi
     try:
         inv, cache = discover_cached(engine_options(config), Faults(), fresh=True)
     except (NvmountError, NvhookError) as err:
-        return None, [Finding("driver", "fail", str(err),
-                              "install the NVIDIA driver (or point nvidia-container-cli.root at "
-                              "the driver root) and check `nvidia-smi` on the host")]
+        fix = ("load the NVIDIA kernel module (`modprobe nvidia`, or run `nvidia-smi` once) and "
+               "check `nvidia-smi` on the host" if getattr(err, "code", None) == 9 else
+               "install the NVIDIA driver (or point nvidia-container-cli.root at the driver "
+               "root) and check `nvidia-smi` on the host")
+        return None, [Finding("driver", "fail", str(err), fix)]
     names = sorted({g.model for g in inv.gpus})
     driver = Finding("driver", "ok" if inv.gpus else "warn",
                      f"{inv.driver_version} (CUDA {inv.cuda_version}), {len(inv.gpus)} GPU(s)"

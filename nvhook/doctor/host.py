@@ -255,7 +255,8 @@ def check_hook_on_path(paths: HostPaths, running: dict[str, int]) -> Finding:
     path = which("nvidia-container-runtime-hook", search)
     if path is None:
         return Finding("hook", "warn", f"nvidia-container-runtime-hook is not on {whose} "
-                       f"({search or 'empty'}; docker --gpus needs it)",
+                       f"({search or 'empty'}; docker --gpus and the runtime wrapper look "
+                       "it up there)",
                        "install the nvhook package, or `nvhook install --prefix DIR` into a "
                        "directory of that PATH")
     if not is_nvhook_launcher(path):

@@ -51,6 +51,22 @@ def test_doctor_on_a_healthy_simulated_host(sim_root: SimRoot) -> None:
     assert found["ldconfig"]["message"].startswith("nvhook writes")
 
 
+def test_doctor_driver_not_loaded_says_load_the_module(sim_root: SimRoot,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NVSIM_FAIL", "nvmlInit_v2:9")  # NVML_ERROR_DRIVER_NOT_LOADED
+    rc, found = _doctor(sim_root.config_path)
+    assert rc == 1 and "Driver Not Loaded (code 9)" in found["driver"]["message"]
+    assert found["driver"]["fix"].startswith("load the NVIDIA kernel module")
+
+
+def test_doctor_names_a_missing_driver_root_once(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'[nvidia-container-cli]\nroot = "{tmp_path}/gone"\n')
+    rc, found = _doctor(str(config))
+    assert rc == 1 and found["driver root"]["level"] == "fail"
+    assert "driver" not in found  # one finding for one cause
+
+
 @pytest.mark.root
 def test_doctor_fails_on_a_missing_or_stale_uvm_node(sim_root_factory: SimRootFactory) -> None:
     sim = sim_root_factory(SIM_DEFAULT_SPEC, private=True)
