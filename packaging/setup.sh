@@ -55,7 +55,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exec sudo -- bash "$self" ${args[@]+"${args[@]}"}
 fi
 cd "$(dirname "$(readlink -f "$0")")/.."
-export DEBIAN_FRONTEND=noninteractive LC_ALL=C
+export DEBIAN_FRONTEND=noninteractive
 [ "$(dpkg --print-architecture)" = amd64 ] && BASE+=(gcc-multilib)  # the sim's 32-bit libs
 LOG=$(mktemp /tmp/nvhook-setup.XXXXXX.log)
 trap 'rm -f "$LOG"' EXIT
@@ -72,7 +72,7 @@ provider() {  # the installed package that provides $1, if any (awk reads all: n
 }
 
 apt_logged() {  # apt-get "$@" with its output in $LOG; on failure: the log, and exit
-    if ! apt-get "$@" >"$LOG" 2>&1; then
+    if ! LC_ALL=C apt-get "$@" >"$LOG" 2>&1; then
         cat "$LOG" >&2
         die "apt-get $* failed (its output is above)"
     fi
@@ -93,10 +93,10 @@ have_lists() {  # package lists to compare versions with (a fresh image may have
 
 archive_versions() {  # "package version" of each of "$@" that Debian's or Ubuntu's archives
     local archives      # in the apt sources offer (one apt-cache run: each costs a second)
-    archives=$(apt-cache policy | awk '
+    archives=$(LC_ALL=C apt-cache policy | awk '
         /^ *-?[0-9]+ / { src = $0; sub(/^ *-?[0-9]+ /, "", src); next }
         /^ +release / && src != "" { if ($0 ~ /o=(Debian|Ubuntu)/) print src; src = "" }')
-    apt-cache policy "$@" | awk -v archives="$archives" '
+    LC_ALL=C apt-cache policy "$@" | awk -v archives="$archives" '
         BEGIN { n = split(archives, a, "\n"); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
         /^[^ ].*:$/ { package = substr($0, 1, length($0) - 1); next }
         /^ \*\*\* / { version = $2; next }
@@ -158,7 +158,7 @@ simulate() {  # apt-get -s of the wanted packages: refuse removals, list upgrade
     removed=$(awk '/^Remv / { printf "%s%s", sep, $2; sep = ", " }' "$LOG")
     if [ -n "$removed" ]; then
         for p in "${want[@]}"; do
-            if apt-get -s install --no-install-recommends "$p" 2>/dev/null | grep '^Remv ' >/dev/null
+            if LC_ALL=C apt-get -s install --no-install-recommends "$p" 2>/dev/null | grep '^Remv ' >/dev/null
             then culprits+=("$p"); fi
         done
         [ ${#culprits[@]} -gt 0 ] || culprits=("${want[@]}")
