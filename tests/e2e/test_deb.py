@@ -161,6 +161,7 @@ def test_dry_run_and_doctor_in_the_installed_package(debian_root: Path,
     found = {f["check"]: f for f in json.loads(doctor.stdout)["findings"]}
     assert found["driver"]["level"] == "ok", doctor.stderr
     assert found["hook"]["level"] == "ok"  # /usr/bin/nvidia-container-runtime-hook is ours
+    assert found["hook"]["message"].endswith("on the caller's PATH")  # no engine in the root
     assert found["cgroups"]["message"].startswith("cgroup unknown")  # no /sys in the root
 
 

@@ -146,3 +146,24 @@ def test_this_machine_has_a_debian_mirror() -> None:
         pytest.skip("not a Debian-based machine")
     entries = machine_sources()
     assert archive_uri(entries, "debian") or archive_uri(entries, "ubuntu")
+
+
+def test_a_half_built_root_cache_is_never_trusted(tmp_path: Path) -> None:
+    import json
+    import time
+
+    from tests.fixtures.debroot import _trusted
+
+    tarball, manifest = tmp_path / "bookworm-deps-k.tar", tmp_path / "bookworm-deps-k.json"
+    tarball.write_bytes(b"complete")
+    st = tarball.stat()
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "created": time.time()}
+    manifest.write_text(json.dumps(record))
+    assert _trusted(tarball, manifest)
+    tarball.write_bytes(b"rewritten by a run that died")  # no new manifest
+    assert not _trusted(tarball, manifest)
+    assert not tarball.exists() and not manifest.exists()  # removed: rebuilt next time
+    tarball.write_bytes(b"no manifest at all")
+    assert not _trusted(tarball, manifest)
+    manifest.write_text(json.dumps({**record, "created": time.time() - 8 * 86400}))
+    assert not _trusted(tarball, manifest)  # too old
