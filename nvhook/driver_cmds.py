@@ -60,6 +60,12 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
     cfg = load_config(opts.config_path, os.environ)
     discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory,
                         sys_root=cfg.nvhook.sys_root)
+    from nvmount.engine import missing_root
+    from nvmount.errors import DriverError
+
+    missing = missing_root(cfg.cli.root or "/")
+    if missing is not None:
+        raise DriverError(missing)
     return discover_driver(cfg.cli.root or "/", cfg.cli.ldcache or "/etc/ld.so.cache",
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 

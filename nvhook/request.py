@@ -222,11 +222,34 @@ def driver_capabilities(
     supported_names = supported.names()
     allowed = sorted(n for n in requested if n in supported_names)
     if len(allowed) != len(requested):
-        raise RequestError(
-            f"unsupported capabilities found in '{shorten(','.join(sorted(requested)), 200)}' "
-            f"(allowed '{shorten(','.join(allowed), 200)}')"
-        )
+        raise RequestError(_capabilities_problem(sorted(requested), supported_names))
     return DriverCapability.from_names(allowed)
+
+
+def _capabilities_problem(requested: list[str], supported: tuple[str, ...]) -> str:
+    """NVIDIA's "unsupported capabilities found in '...'", then which words and what to do: a
+    typo gets the nearest valid name (difflib, as a spell checker) and the valid values."""
+    from difflib import get_close_matches
+
+    from nvmount.capabilities import KNOWN_CAPABILITIES
+
+    head = f"unsupported capabilities found in '{shorten(','.join(requested), 200)}'"
+    unknown = [n for n in requested if n not in KNOWN_CAPABILITIES][:8]
+    if unknown:
+        words = []
+        for word in unknown:
+            near = get_close_matches(word.lower(), (*KNOWN_CAPABILITIES, "all"), n=1)
+            words.append((f"'{shorten(word, 40)}'", f" (did you mean '{near[0]}'?)"
+                          if near else ""))
+        what = (f"{words[0][0]} is not a driver capability{words[0][1]}" if len(words) == 1
+                else "not driver capabilities: " + ", ".join(w + h for w, h in words))
+        return (f"{head}: {what}; valid: {', '.join(KNOWN_CAPABILITIES)} or all (fix "
+                "NVIDIA_DRIVER_CAPABILITIES)")
+    excluded = [n for n in requested if n not in supported]
+    return (f"{head}: {', '.join(repr(n) for n in excluded)} not in "
+            "supported-driver-capabilities "
+            f"'{','.join(supported)}' of the config (add it there, or leave it out of "
+            "NVIDIA_DRIVER_CAPABILITIES)")
 
 
 def requirements_disabled(env: dict[str, str]) -> bool:

@@ -74,6 +74,9 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
     `mig_minors`: read the MIG minors file (~4300 lines on a real driver); only a request
     with mig-config or mig-monitor uses it (`needs_mig_minors`). With `options.csv_spec_dir`
     the inventory is what the Tegra CSV files say (no NVML, no cache)."""
+    missing = missing_root(options.root)
+    if missing is not None:
+        raise DriverError(missing)
     if options.csv_spec_dir:
         from nvmount.discover.csv_backend import csv_inventory
         from nvmount.discover.driver_root import DriverRoot
@@ -114,6 +117,15 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
         return cache.refresh(options.cache_dir, key, options.proc_root, watch, run)
     found, hit = cache.cached_inventory(options.cache_dir, key, options.proc_root, watch, run)
     return found, "hit" if hit else "refreshed"
+
+
+def missing_root(root: str) -> str | None:
+    """The error, with its fix, when the driver root is not a directory (None: it is)."""
+    if os.path.isdir(root):
+        return None
+    return (f"no NVIDIA driver: the driver root {root} does not exist or is not a directory "
+            "(install the NVIDIA driver, or set nvidia-container-cli.root to the directory "
+            "it is installed in)")
 
 
 def is_wsl(root: str) -> bool:
@@ -209,10 +221,12 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
     from nvmount.discover.driver import no_driver_reason
 
     with timer.phase("inventory"):
-        missing = None if options.csv_spec_dir or is_wsl(options.root) else \
-            no_driver_reason(options.root, options.ldcache)
+        missing = missing_root(options.root)
+        if missing is None and not (options.csv_spec_dir or is_wsl(options.root)):
+            reason = no_driver_reason(options.root, options.ldcache)
+            missing = None if reason is None else f"no NVIDIA driver found: {reason}"
         if missing is not None:
-            log.warning("no NVIDIA driver found: %s", missing)
+            log.warning("%s", missing)
             return None
         try:
             inventory = discover(options, Faults(), mig_minors=needs_mig_minors(request))
@@ -249,6 +263,9 @@ def configure_container(
     from nvmount.ldcache.setting import resolve_ldconfig
 
     resolve_ldconfig(options.ldconfig)  # a refused setting fails before any change
+    missing = missing_root(options.root)
+    if missing is not None:  # one line, before load-kmods would warn about its /dev
+        raise DriverError(missing)
     if options.load_kmods:
         with P.stage(P.Stage.KMODS):
             _host_nodes(options, request)

@@ -146,7 +146,19 @@ def _prctl() -> ModuleType | None:
 
 
 def _all_caps(p: ModuleType) -> list[int]:
-    return list(range(int(p.CAP_LAST_CAP) + 1))
+    return list(range(_last_cap(p) + 1))
+
+
+def _last_cap(p: ModuleType) -> int:
+    """python-prctl's CAP_LAST_CAP; python-prctl 1.7 (Debian 11's) has none: the kernel's."""
+    last = getattr(p, "CAP_LAST_CAP", None)
+    if last is not None:
+        return int(last)
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+            return int(f.read(16))
+    except (OSError, ValueError):
+        return 40  # CAP_CHECKPOINT_RESTORE (Linux 5.9)
 
 
 def _current(p: ModuleType, flag: int) -> set[int]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 
 from nvhook import __version__
 from nvhook.errors import ConfigError
@@ -188,12 +187,12 @@ def _read_toml(path: str, origin: str) -> dict[str, Any] | None:
     data = _read_bounded(path, origin)
     if data is None:
         return None
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11 (mypy follows a version check, not try/except)
-        import tomli as tomllib
+    from nvhook.config.toml_read import TomlUnavailable, loads
+
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return loads(data.decode("utf-8"))
+    except TomlUnavailable as err:
+        raise ConfigError(f"couldn't parse configuration file {path}: {err}") from err
     except ValueError as err:  # UnicodeDecodeError, TOMLDecodeError, int()'s digit limit
         raise ConfigError(
             f"couldn't parse configuration file {path}: {shorten(str(err), 200)} (fix the TOML "

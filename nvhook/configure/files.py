@@ -5,7 +5,6 @@ reads, TOML parsing that refuses a broken file, atomic replacement keeping the m
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from nvhook.errors import ConfigureError
@@ -39,17 +38,14 @@ def read_text(path: str) -> str | None:
 
 
 def read_toml(path: str) -> dict[str, Any] | None:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
-        import tomli as tomllib
+    from nvhook.config.toml_read import loads as toml_loads
 
     text = read_text(path)
     if text is None:
         return None
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        return toml_loads(text)
+    except ValueError as err:
         raise ConfigureError(f"refuse to use {path}: not valid TOML: {err} (fix the file "
                              "first; nothing was written)") from err
 

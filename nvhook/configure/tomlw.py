@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import sys
 from typing import Any
 
 from nvhook.errors import ConfigureError
@@ -64,15 +63,12 @@ def _table(table: dict[str, Any], path: tuple[str, ...], lines: list[str]) -> No
 
 def render_checked(doc: dict[str, Any], what: str) -> str:
     """`render(doc)`, refused unless it reads back as `doc`."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
-        import tomli as tomllib
+    from nvhook.config.toml_read import loads as toml_loads
 
     text = render(doc)
     try:
-        back = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        back = toml_loads(text)
+    except ValueError as err:
         raise ConfigureError(f"refuse to write {what}: the TOML nvhook produced does not parse "
                              f"({err}); nothing was written (please report it)") from err
     if back != doc:

@@ -53,21 +53,32 @@ def check_root(config: HookConfig) -> Finding:
     why = {"config": "nvidia-container-cli.root",
            "detected": "a driver container's root (nvidia-container-cli.root is unset)"}
     root = config.cli.root or "/"
+    from nvmount.engine import missing_root
+
+    missing = missing_root(root)
+    if missing is not None:
+        return Finding("driver root", "fail", f"{root} ({why.get(origin, 'default')}) does not "
+                       "exist or is not a directory", "install the NVIDIA driver, or set "
+                       "nvidia-container-cli.root to the directory it is installed in")
     return Finding("driver root", "ok", f"{root} ({why.get(origin, 'default')})")
 
 
 def check_driver(config: HookConfig) -> tuple[DriverInventory | None, list[Finding]]:
     """Discovery as a container start runs it; the inventory cache's state."""
     from nvhook.engine import engine_options
-    from nvmount.engine import discover_cached
+    from nvmount.engine import discover_cached, missing_root
     from nvmount.faults import Faults
 
+    if missing_root(config.cli.root or "/") is not None:
+        return None, []  # the driver root finding says it
     try:
         inv, cache = discover_cached(engine_options(config), Faults(), fresh=True)
     except (NvmountError, NvhookError) as err:
-        return None, [Finding("driver", "fail", str(err),
-                              "install the NVIDIA driver (or point nvidia-container-cli.root at "
-                              "the driver root) and check `nvidia-smi` on the host")]
+        fix = ("load the NVIDIA kernel module (`modprobe nvidia`, or run `nvidia-smi` once) and "
+               "check `nvidia-smi` on the host" if getattr(err, "code", None) == 9 else
+               "install the NVIDIA driver (or point nvidia-container-cli.root at the driver "
+               "root) and check `nvidia-smi` on the host")
+        return None, [Finding("driver", "fail", str(err), fix)]
     names = sorted({g.model for g in inv.gpus})
     driver = Finding("driver", "ok" if inv.gpus else "warn",
                      f"{inv.driver_version} (CUDA {inv.cuda_version}), {len(inv.gpus)} GPU(s)"
@@ -150,7 +161,7 @@ def _gpu_nodes(inv: DriverInventory) -> Finding:
     return Finding("GPU nodes", "ok", (shown + more) or "none")
 
 
-def check_persistence(inv: DriverInventory, running: frozenset[str]) -> Finding:
+def check_persistence(inv: DriverInventory, running: dict[str, int]) -> Finding:
     """Persistence mode through nvidia-persistenced (its socket in the inventory, or the
     process running)."""
     socket = any("nvidia-persistenced" in f.container_path for f in inv.ipc)

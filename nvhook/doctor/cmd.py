@@ -28,13 +28,13 @@ def run_checks(opts: GlobalOptions, paths: HostPaths) -> list[Finding]:
     findings.append(checks.check_root(config))
     inventory, driver = checks.check_driver(config)
     findings += driver
-    running = host.running_daemons()
+    running = host.running_daemons(paths.proc)
     if inventory is not None:
         findings += checks.check_devices(inventory, config.nvhook.proc_root or "/proc")
         findings.append(checks.check_persistence(inventory, running))
     findings.append(checks.check_ldcache(config))
     findings.append(host.check_cgroups(paths))
-    findings.append(host.check_hook_on_path(paths))
+    findings.append(host.check_hook_on_path(paths, running))
     findings += host.check_runtimes(paths, running)
     findings += host.check_cdi(config)
     return findings
@@ -48,7 +48,7 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
                     "would fail")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = parser.parse_args(argv)
-    findings = run_checks(opts, HostPaths())
+    findings = run_checks(opts, HostPaths(path=os.environ.get("PATH") or HostPaths().path))
     failed = any(f.level == "fail" for f in findings)
     if args.json:
         sys.stdout.write(json.dumps({"ready": not failed,

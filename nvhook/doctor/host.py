@@ -1,6 +1,7 @@
-"""Doctor checks of the host around nvhook: cgroups, running daemons (psutil), the container
-runtimes' configuration and the launchers they run, CDI specs. Effects: reads files, lists
-processes, runs launchers' `--version`.
+"""Doctor checks of the host around nvhook: cgroups, running daemons (<proc>/*/comm), the
+container runtimes' configuration and the launchers they run, found on the PATH of the daemon
+that runs them (its <proc>/<pid>/environ) or else the caller's, CDI specs. Effects: reads files,
+lists processes, runs launchers' `--version`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from nvhook.doctor.findings import Finding, HostPaths
 from nvhook.launchers import MARKER
+from nvmount.bounds import shorten
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -24,26 +26,54 @@ _OURS = ("nvidia-container-runtime", "nvhook-runtime", "nvidia-container-runtime
          "nvhook-hook", "nvidia-container-cli")
 
 
-def running_daemons() -> frozenset[str]:
-    """The names in DAEMONS of the processes running now (psutil)."""
-    import psutil
+def running_daemons(proc: str = "/proc") -> dict[str, int]:
+    """{name: pid} of the processes in DAEMONS running now (the lowest pid of each), from
+    <proc>/<pid>/comm (the kernel keeps 15 characters of a name)."""
+    wanted = {name[:15]: name for name in DAEMONS}
+    found: dict[str, int] = {}
+    try:
+        pids = sorted(int(e) for e in os.listdir(proc) if e.isdigit())
+    except OSError:
+        return found
+    for pid in pids:
+        name = wanted.get(_text(os.path.join(proc, str(pid), "comm"), 64).strip())
+        if name is not None:
+            found.setdefault(name, pid)
+    return found
 
-    names: set[str] = set()
-    for proc in psutil.process_iter(["name"]):
-        name = proc.info.get("name") or ""
-        if name in DAEMONS:
-            names.add(name)
-    return frozenset(names)
+
+def engine_path(paths: HostPaths, running: dict[str, int],
+                daemons: tuple[str, ...] = ("dockerd", "containerd")) -> tuple[str, str]:
+    """(search path, whose) for a binary the container engine looks up: the PATH in the
+    environment of the first of `daemons` that runs (<proc>/<pid>/environ; without PATH it
+    finds nothing), else the caller's (`paths.path`)."""
+    unreadable = ""
+    for daemon in daemons:
+        pid = running.get(daemon)
+        if pid is None:
+            continue
+        try:
+            with open(os.path.join(paths.proc, str(pid), "environ"), "rb") as f:
+                environ = f.read(1 << 20).split(b"\0")
+        except OSError:  # not root, or it exited: the caller's PATH is the best guess
+            unreadable = unreadable or f" ({daemon}'s environment is unreadable: run as root)"
+            continue
+        value = next((e[5:] for e in environ if e.startswith(b"PATH=")), b"")
+        return value.decode("utf-8", "replace"), f"{daemon}'s PATH (pid {pid})"
+    return paths.path, "the caller's PATH" + unreadable
 
 
 def cgroup_mode(mountinfo: str) -> str:
-    """"v2", "hybrid" (v1 devices controller and a cgroup2 mount) or "v1". Pure."""
+    """"v2", "hybrid" (v1 devices controller and a cgroup2 mount), "v1", or "unknown" when
+    no cgroup file system is mounted (a chroot without /sys). Pure."""
     from nvmount.cgroup.find import parse_mountinfo
 
     entries = parse_mountinfo(mountinfo)
     devices_v1 = any(m.fstype == "cgroup" and "devices" in m.super_options for m in entries)
     has_v2 = any(m.fstype == "cgroup2" for m in entries)
-    return ("hybrid" if has_v2 else "v1") if devices_v1 else "v2"
+    if devices_v1:
+        return "hybrid" if has_v2 else "v1"
+    return "v2" if has_v2 else "unknown"
 
 
 def systemd_cgroup_users(paths: HostPaths) -> list[str]:
@@ -63,6 +93,10 @@ def systemd_cgroup_users(paths: HostPaths) -> list[str]:
 
 def check_cgroups(paths: HostPaths) -> Finding:
     mode = cgroup_mode(_text(os.path.join(paths.proc, "self/mountinfo")))
+    if mode == "unknown":
+        return Finding("cgroups", "info", "cgroup unknown: no cgroup file system is mounted "
+                       "here (a chroot or container without /sys/fs/cgroup?)",
+                       "run nvhook doctor on the host itself to check cgroups")
     init = _text(os.path.join(paths.proc, "1/comm")).strip()
     users = systemd_cgroup_users(paths) if init == "systemd" else []
     text = f"cgroup {mode}, init {init or '?'}" + (
@@ -110,19 +144,22 @@ def is_nvhook_launcher(path: str) -> bool:
     return MARKER in _text(path, 4096)
 
 
-def runtime_targets(paths: HostPaths) -> dict[str, list[str]]:
+def runtime_targets(paths: HostPaths,
+                    unreadable: list[str] | None = None) -> dict[str, list[str]]:
     """{runtime: [binary or hook paths its configuration names for NVIDIA GPUs]}; a runtime
-    whose configuration directory is absent is left out."""
+    whose configuration directory is absent is left out. TOML files that cannot be read are
+    added to `unreadable` ("path: why")."""
     found: dict[str, list[str]] = {}
     if os.path.isdir(os.path.join(paths.etc, "docker")):
         runtimes = _json(os.path.join(paths.etc, "docker/daemon.json")).get("runtimes", {})
         found["docker"] = [str(r.get("path", "")) for r in runtimes.values()
                            if isinstance(r, dict) and _nvidia_name(str(r.get("path", "")))]
     if os.path.isdir(os.path.join(paths.etc, "containerd")):
-        found["containerd"] = _toml_values(_containerd_files(paths), "BinaryName")
+        found["containerd"] = _toml_values(_containerd_files(paths), "BinaryName", unreadable)
     if os.path.isdir(os.path.join(paths.etc, "crio")):
         found["crio"] = _toml_values(
-            sorted(glob.glob(os.path.join(paths.etc, "crio/crio.conf.d/*"))), "runtime_path")
+            sorted(glob.glob(os.path.join(paths.etc, "crio/crio.conf.d/*"))), "runtime_path",
+            unreadable)
     hooks = [os.path.join(paths.etc, "containers/oci/hooks.d"),
              os.path.join(paths.usr_share, "containers/oci/hooks.d")]
     if any(os.path.isdir(d) for d in hooks):
@@ -137,14 +174,10 @@ def _nvidia_name(path: str) -> bool:
     return os.path.basename(path) in _OURS
 
 
-def _toml_values(files: list[str], key: str) -> list[str]:
+def _toml_values(files: list[str], key: str, unreadable: list[str] | None) -> list[str]:
     """Every string value of `key` at any depth of the TOML files that name an NVIDIA binary."""
-    import sys
+    from nvhook.config.toml_read import loads
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11
-        import tomli as tomllib
     values: list[str] = []
 
     def walk(node: Any) -> None:
@@ -156,18 +189,23 @@ def _toml_values(files: list[str], key: str) -> list[str]:
 
     for path in files:
         try:
-            walk(tomllib.loads(_text(path)))
-        except ValueError:
-            continue
+            walk(loads(_text(path)))
+        except ValueError as err:
+            if unreadable is not None and os.path.exists(path):
+                unreadable.append(f"{path}: {shorten(str(err), 200)}")
     return values
 
 
-def check_runtimes(paths: HostPaths, running: frozenset[str]) -> list[Finding]:
-    targets = runtime_targets(paths)
+def check_runtimes(paths: HostPaths, running: dict[str, int]) -> list[Finding]:
+    unreadable: list[str] = []
+    targets = runtime_targets(paths, unreadable)
+    findings = [Finding("runtime config", "warn", f"cannot read {why}",
+                        "fix the file's TOML (the runtime cannot read it either)")
+                for why in unreadable]
     if not targets:
-        return [Finding("runtimes", "warn", "no docker, containerd, crio or podman "
-                        "configuration found", "nvhook runtime configure --runtime=RUNTIME")]
-    findings = []
+        return [*findings, Finding("runtimes", "warn", "no docker, containerd, crio or podman "
+                                   "configuration found",
+                                   "nvhook runtime configure --runtime=RUNTIME")]
     for runtime, binaries in targets.items():
         daemon = {"docker": "dockerd", "crio": "crio"}.get(runtime, runtime)
         state = " (running)" if daemon in running else ""
@@ -176,14 +214,17 @@ def check_runtimes(paths: HostPaths, running: frozenset[str]) -> list[Finding]:
                                     f"{state}", "nvhook runtime configure --runtime="
                                     + runtime.split()[0]))
             continue
-        findings.extend(_target_finding(runtime, state, b, paths) for b in binaries)
+        search = engine_path(paths, running, (daemon,))
+        findings.extend(_target_finding(runtime, state, b, search) for b in binaries)
     return findings
 
 
-def _target_finding(runtime: str, state: str, binary: str, paths: HostPaths) -> Finding:
-    path = which(binary, paths.path)
+def _target_finding(runtime: str, state: str, binary: str,
+                    search: tuple[str, str]) -> Finding:
+    path = which(binary, search[0])
     if path is None:
-        return Finding(f"runtime {runtime}", "fail", f"{binary}{state}: not found",
+        return Finding(f"runtime {runtime}", "fail", f"{binary}{state}: not found (looked up "
+                       f"on {search[1]}: {search[0] or 'empty'})",
                        "nvhook install (or install the nvhook package), then restart it")
     if not is_nvhook_launcher(path):
         return Finding(f"runtime {runtime}", "warn", f"{path}{state} is not nvhook's "
@@ -207,16 +248,22 @@ def check_launcher(path: str, check: str, state: str = "") -> Finding:
     return Finding(check, "ok", f"{path}{state} (nvhook)")
 
 
-def check_hook_on_path(paths: HostPaths) -> Finding:
-    """Docker's `--gpus` runs `nvidia-container-runtime-hook` from dockerd's PATH."""
-    path = which("nvidia-container-runtime-hook", paths.path)
+def check_hook_on_path(paths: HostPaths, running: dict[str, int]) -> Finding:
+    """Docker's `--gpus` runs `nvidia-container-runtime-hook` from dockerd's PATH (the
+    running engine's environment, else the caller's PATH)."""
+    search, whose = engine_path(paths, running)
+    path = which("nvidia-container-runtime-hook", search)
     if path is None:
-        return Finding("hook", "warn", "nvidia-container-runtime-hook is not on PATH "
-                       "(docker --gpus needs it)", "install the nvhook package, or nvhook install")
+        return Finding("hook", "warn", f"nvidia-container-runtime-hook is not on {whose} "
+                       f"({search or 'empty'}; docker --gpus and the runtime wrapper look "
+                       "it up there)",
+                       "install the nvhook package, or `nvhook install --prefix DIR` into a "
+                       "directory of that PATH")
     if not is_nvhook_launcher(path):
-        return Finding("hook", "warn", f"{path} is not nvhook's (NVIDIA's toolkit?)",
-                       "remove NVIDIA's toolkit, or nvhook install --force")
-    return check_launcher(path, "hook")
+        return Finding("hook", "warn", f"{path} (on {whose}) is not nvhook's (NVIDIA's "
+                       "toolkit?)", "remove NVIDIA's toolkit, or nvhook install --force")
+    found = check_launcher(path, "hook")
+    return Finding(found.check, found.level, f"{found.message}, on {whose}", found.fix)
 
 
 def check_cdi(config: HookConfig) -> list[Finding]:

@@ -12,7 +12,6 @@ container keep working while a broken key elsewhere in the file fails GPU create
 from __future__ import annotations
 
 import os
-import sys
 
 from nvhook.errors import ConfigError
 
@@ -109,14 +108,11 @@ def _parse(text: str, path: str) -> dict[str, Any]:
     doc = parse_simple(text)
     if doc is not None:
         return doc
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
-        import tomli as tomllib
+    from nvhook.config.toml_read import loads as toml_loads
 
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        return toml_loads(text)
+    except ValueError as err:
         raise ConfigError(f"error loading config: couldn't parse configuration file {path}: "
                           f"{err} (fix the TOML syntax)") from err
 

@@ -1,10 +1,18 @@
 """The Debian package: `packaging/build-deb` builds it, `apt-get install ./nvhook_*.deb` installs
-it into a clean Debian root (mmdebstrap, apt variant: no Python yet) resolving its dependencies
-from Debian, and there `nvhook --version`, `config check`, `doctor` and a GPU dry run against
-the simulated driver work with the system python3 and Debian's python3-prctl/-psutil. Then
-`dpkg -r` leaves only the conffile and `dpkg -P` nothing.
+it into clean Debian roots of every release the docs name (bullseye, Python 3.9; bookworm, 3.11;
+with NVHOOK_LONG=1 also trixie, 3.13, and Ubuntu 22.04/24.04 where this machine's apt sources
+have an Ubuntu archive), and there, with the release's system python3 and its python3-prctl,
+-psutil and TOML reader (python3-toml on bullseye), `nvhook --version`, `config check` (of the
+default file and of one outside the simple subset), a GPU dry run against the simulated driver
+and `doctor` work. Then `dpkg -r` leaves only the conffile and `dpkg -P` nothing.
+NVHOOK_DEB_RELEASES="bullseye trixie" picks releases.
 
-Needs root, mmdebstrap (packaging/setup.sh installs it) and the Debian mirror (about 40 s).
+The roots come from tests/fixtures/debroot.py (`deps_tarball`): the machine's own Debian mirror,
+bootstrapped once with the package's dependencies (an `nvhook-deps` package with the same
+Depends, installed by apt from the archive, then purged) and cached; each run extracts the
+cached root and installs the package with apt-get there. Needs root and mmdebstrap
+(`packaging/setup.sh --clients`). Cost: ~30 s per release to bootstrap, ~10 s per release from
+the cache.
 """
 
 from __future__ import annotations
@@ -20,14 +28,38 @@ import pytest
 
 from nvhook import __version__
 from nvhook.sim import SimRoot
+from tests.fixtures.debroot import (
+    RELEASES,
+    Release,
+    deps_tarball,
+    extract,
+    in_root,
+    package_depends,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 REPO = Path(__file__).resolve().parent.parent.parent
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
 LAUNCHERS = ("nvhook", "nvidia-container-runtime-hook", "nvidia-container-runtime",
              "nvidia-container-cli", "nvhook-runtime", "nvhook-hook", "nvidia-ctk",
              "nvidia-cdi-hook")
+DEFAULT_RELEASES = ("bullseye", "bookworm")
+LONG_RELEASES = ("trixie", "jammy", "noble")
+# A config.toml outside the subset nvhook reads itself: the release's TOML library reads it
+BEYOND_SUBSET = """\
+[nvidia-container-runtime]
+runtimes = [
+  "runc",
+]
+[nvhook]
+typo = { x = 0.5 }
+"""
+
+
+def releases() -> list[str]:
+    named = os.environ.get("NVHOOK_DEB_RELEASES", "").replace(",", " ").split()
+    if named:
+        return named
+    return [*DEFAULT_RELEASES, *(LONG_RELEASES if os.environ.get("NVHOOK_LONG") == "1" else ())]
 
 
 @pytest.fixture(scope="module")
@@ -41,41 +73,24 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module", params=releases())
+def release(request: pytest.FixtureRequest) -> Release:
+    if request.param not in RELEASES:
+        pytest.fail(f"NVHOOK_DEB_RELEASES: unknown release {request.param} "
+                    f"(known: {', '.join(RELEASES)})")
+    return RELEASES[request.param]
+
+
 @pytest.fixture(scope="module")
-def debian_root(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
-        pytest.skip("needs root and mmdebstrap (bash packaging/setup.sh)")
-    root = tmp_path_factory.mktemp("debian") / "root"
-    install = f'chroot "$1" apt-get install -y --no-install-recommends /tmp/{deb.name}'
-    proc = subprocess.run(
-        ["mmdebstrap", "--variant=apt", "--quiet", f"--customize-hook=copy-in {deb} /tmp",
-         f"--customize-hook={install} > \"$1\"/tmp/apt.log 2>&1",
-         SUITE, str(root), MIRROR],
-        capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:] + _read(root / "tmp/apt.log")[-3000:]
+def debian_root(release: Release, deb: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    tarball = deps_tarball(release)
+    root = extract(tarball, tmp_path_factory.mktemp(release.suite) / "root")
+    shutil.copy(deb, root / "tmp")
+    proc = in_root(root, f"apt-get install -y --no-install-recommends /tmp/{deb.name}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     yield root
     shutil.rmtree(root, ignore_errors=True)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def in_root(root: Path, script: str, *, binds: tuple[str, ...] = (),
-            stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """`script` (sh) chrooted into `root` in a private mount namespace with /proc, /dev and
-    the `binds` (host directories, at the same path)."""
-    mounts = "mount -t proc proc \"$R/proc\" && mount --rbind /dev \"$R/dev\""
-    for path in binds:
-        mounts += f' && mkdir -p "$R{path}" && mount --bind {path} "$R{path}"'
-    return subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f'{mounts} && exec chroot "$R" /bin/sh -c "$0"', script],
-        env={"R": str(root), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-        input=stdin, capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_package_fields_and_files(deb: Path) -> None:
@@ -83,7 +98,8 @@ def test_package_fields_and_files(deb: Path) -> None:
                             check=True).stdout
     assert "Architecture: all" in fields
     assert ("Depends: python3 (>= 3.9), python3-prctl, python3-psutil, "
-            "python3 (>= 3.11) | python3-tomli") in fields
+            "python3 (>= 3.11) | python3-tomli | python3-toml\n") in fields
+    assert f"Depends: {package_depends()}\n" in fields  # what the cached roots were made with
     for name in ("Conflicts", "Replaces"):
         line = next(x for x in fields.splitlines() if x.startswith(name + ":"))
         assert "nvidia-container-toolkit," in line and "libnvidia-container-tools" in line
@@ -106,20 +122,27 @@ def test_package_fields_and_files(deb: Path) -> None:
     assert conffiles == "/etc/nvidia-container-runtime/config.toml\n"
 
 
-def test_installed_package_runs(debian_root: Path, sim_root: SimRoot) -> None:
+def test_installed_package_runs(release: Release, debian_root: Path) -> None:
+    (debian_root / "tmp/beyond.toml").write_text(BEYOND_SUBSET)
     proc = in_root(debian_root, "for n in " + " ".join(LAUNCHERS[:4]) + "; do "
                    "head -1 /usr/bin/$n; done; nvhook --version; nvhook config check; "
-                   "python3 -c 'import prctl, psutil'; dpkg -s nvhook | grep Status; "
-                   "nvidia-ctk --version; nvidia-cdi-hook --version")
-    assert proc.returncode == 0, proc.stderr
+                   "python3 -c 'import prctl, psutil, sys; print(\"python%d.%d\" % "
+                   "sys.version_info[:2])'; dpkg -s nvhook | grep Status; "
+                   "nvidia-ctk --version; nvidia-cdi-hook --version; "
+                   "nvhook --config /tmp/beyond.toml config check --json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:4] == ["#!/usr/bin/python3 -IS"] * 4
     assert lines[4].startswith(f"nvhook version {__version__}")
     assert "config /etc/nvidia-container-runtime/config.toml" in proc.stdout
     assert "ok: no problems found" in proc.stdout
+    assert f"python{release.python}" in lines
     assert "Status: install ok installed" in proc.stdout
     assert "NVIDIA Container Toolkit CLI version 1.20.0" in proc.stdout  # the drop-ins
     assert "NVIDIA CDI Hook version 1.20.0" in proc.stdout
+    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert report["config"] == "/tmp/beyond.toml"  # read, by the release's TOML library
+    assert [f["key"] for f in report["findings"]] == ["nvhook.typo"], report  # unknown key
 
 
 def test_dry_run_and_doctor_in_the_installed_package(debian_root: Path,
@@ -143,12 +166,17 @@ def test_dry_run_and_doctor_in_the_installed_package(debian_root: Path,
     found = {f["check"]: f for f in json.loads(doctor.stdout)["findings"]}
     assert found["driver"]["level"] == "ok", doctor.stderr
     assert found["hook"]["level"] == "ok"  # /usr/bin/nvidia-container-runtime-hook is ours
+    assert found["hook"]["message"].endswith("on the caller's PATH")  # no engine in the root
+    assert found["cgroups"]["message"].startswith("cgroup unknown")  # no /sys in the root
 
 
-def test_kubernetes_installer_on_a_debian_host(deb: Path, debian_root: Path) -> None:
+def test_kubernetes_installer_on_a_debian_host(release: Release, deb: Path,
+                                               debian_root: Path) -> None:
     """packaging/image/install-on-host against the Debian root as the node's file system:
     installs the package with the host's apt-get, the volume-mounts strategy, the containerd
     drop-in, no restart."""
+    if release.suite != "bookworm":
+        pytest.skip("the installer runs on the bookworm root (one release is enough)")
     script = REPO / "packaging/image/install-on-host"
     proc = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c",

@@ -277,7 +277,7 @@ ERRORS = [
      "could not open OCI spec: open {tmp}/nope/config.json: no such file or directory"),
     (["prestart"], "env:FOO", "invalid environment variable: FOO"),
     (["prestart"], "env:NVIDIA_VISIBLE_DEVICES=0,NVIDIA_DRIVER_CAPABILITIES=foo",
-     "unsupported capabilities found in 'foo' (allowed '')"),
+     "unsupported capabilities found in 'foo': 'foo' is not a driver capability; valid: "),
     (["prestart"], "env:NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0",
      "invoking the NVIDIA Container Runtime Hook directly"),
     (["prestart", "--dry-run"], "env:NVIDIA_VISIBLE_DEVICES=0,NVIDIA_MIG_CONFIG_DEVICES=0",
@@ -319,6 +319,21 @@ def test_debug_shows_a_traceback(hook: Hook, args: list[str], state: Any, messag
     assert proc.returncode == 1
     assert "Traceback (most recent call last):" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith(message.replace("{tmp}", str(hook.tmp)))
+
+
+def test_missing_driver_root_is_one_line_with_its_fix(hook: Hook) -> None:
+    """Issue 18: not a load-kmods warning plus the ldcache error; the same line everywhere."""
+    gone = hook.tmp / "gone"
+    config = hook.tmp / "gone.toml"
+    config.write_text(f'[nvidia-container-cli]\nroot = "{gone}"\n')
+    line = (f"no NVIDIA driver: the driver root {gone} does not exist or is not a directory "
+            "(install the NVIDIA driver, or set nvidia-container-cli.root to the directory it "
+            "is installed in)\n")
+    state = {"pid": 4242, "bundle": str(hook.bundle(["NVIDIA_VISIBLE_DEVICES=0"]))}
+    for args, rc in ((["prestart"], 1), (["prestart", "--dry-run"], 0), (["info"], 1),
+                     (["list"], 1)):
+        proc = hook.run(["--config", str(config), *args], state)
+        assert (proc.returncode, proc.stderr) == (rc, line), args
 
 
 def test_invalid_config_fails_even_without_gpus(hook: Hook) -> None:

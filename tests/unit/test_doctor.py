@@ -51,6 +51,22 @@ def test_doctor_on_a_healthy_simulated_host(sim_root: SimRoot) -> None:
     assert found["ldconfig"]["message"].startswith("nvhook writes")
 
 
+def test_doctor_driver_not_loaded_says_load_the_module(sim_root: SimRoot,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NVSIM_FAIL", "nvmlInit_v2:9")  # NVML_ERROR_DRIVER_NOT_LOADED
+    rc, found = _doctor(sim_root.config_path)
+    assert rc == 1 and "Driver Not Loaded (code 9)" in found["driver"]["message"]
+    assert found["driver"]["fix"].startswith("load the NVIDIA kernel module")
+
+
+def test_doctor_names_a_missing_driver_root_once(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'[nvidia-container-cli]\nroot = "{tmp_path}/gone"\n')
+    rc, found = _doctor(str(config))
+    assert rc == 1 and found["driver root"]["level"] == "fail"
+    assert "driver" not in found  # one finding for one cause
+
+
 @pytest.mark.root
 def test_doctor_fails_on_a_missing_or_stale_uvm_node(sim_root_factory: SimRootFactory) -> None:
     sim = sim_root_factory(SIM_DEFAULT_SPEC, private=True)
@@ -95,10 +111,19 @@ def test_doctor_fails_without_a_driver(tmp_path: Path) -> None:
     assert found["driver"]["fix"].startswith("install the NVIDIA driver")
 
 
+CHROOT_MOUNTINFO = "40 39 0:5 / /proc rw - proc proc rw\n"  # a root without /sys
+
+
 @pytest.mark.parametrize(("mountinfo", "mode"), [(V1_MOUNTINFO, "v1"), (V2_MOUNTINFO, "v2"),
-                                                 (HYBRID_MOUNTINFO, "hybrid")])
+                                                 (HYBRID_MOUNTINFO, "hybrid"),
+                                                 (CHROOT_MOUNTINFO, "unknown"), ("", "unknown")])
 def test_cgroup_mode(mountinfo: str, mode: str) -> None:
     assert host.cgroup_mode(mountinfo) == mode
+
+
+def test_cgroups_unknown_without_a_cgroup_mount(tmp_path: Path) -> None:
+    finding = host.check_cgroups(_fake_host(tmp_path, CHROOT_MOUNTINFO))
+    assert finding.level == "info" and finding.message.startswith("cgroup unknown: ")
 
 
 def _fake_host(tmp_path: Path, mountinfo: str, init: str = "systemd") -> HostPaths:
@@ -142,16 +167,16 @@ def test_runtime_configuration_checks(tmp_path: Path) -> None:
     (tmp_path / "etc/docker").mkdir()
     runtimes = {"nvidia": {"path": "nvidia-container-runtime"}, "runc": {"path": "runc"}}
     (tmp_path / "etc/docker/daemon.json").write_text(json.dumps({"runtimes": runtimes}))
-    found = host.check_runtimes(paths, frozenset({"dockerd"}))
+    found = host.check_runtimes(paths, {"dockerd": 1})
     assert [(f.check, f.level) for f in found] == [("runtime docker", "fail")]
     assert "not found" in found[0].message and "(running)" in found[0].message
     _launcher(tmp_path / "bin/nvidia-container-runtime")
-    assert host.check_runtimes(paths, frozenset())[0].level == "ok"
+    assert host.check_runtimes(paths, {})[0].level == "ok"
     _launcher(tmp_path / "bin/nvidia-container-runtime", "echo 'ModuleNotFoundError' >&2; exit 1")
-    broken = host.check_runtimes(paths, frozenset())[0]
+    broken = host.check_runtimes(paths, {})[0]
     assert broken.level == "fail" and "ModuleNotFoundError" in broken.message
     (tmp_path / "bin/nvidia-container-runtime").write_text("#!/bin/sh\necho NVIDIA\n")
-    assert host.check_runtimes(paths, frozenset())[0].level == "warn"
+    assert host.check_runtimes(paths, {})[0].level == "warn"
 
 
 def test_containerd_and_hooks_dir_configuration(tmp_path: Path) -> None:
@@ -165,17 +190,17 @@ def test_containerd_and_hooks_dir_configuration(tmp_path: Path) -> None:
         {"version": "1.0.0", "hook": {"path": f"{tmp_path}/bin/nvidia-container-runtime-hook"}}))
     _launcher(tmp_path / "bin/nvidia-container-runtime")
     _launcher(tmp_path / "bin/nvidia-container-runtime-hook")
-    found = {f.check: f for f in host.check_runtimes(paths, frozenset())}
+    found = {f.check: f for f in host.check_runtimes(paths, {})}
     assert found["runtime containerd"].level == "ok"
     assert found["runtime podman (hooks.d)"].level == "ok"
-    assert host.check_hook_on_path(paths).level == "ok"
+    assert host.check_hook_on_path(paths, {}).level == "ok"
 
 
 def test_no_runtime_configured(tmp_path: Path) -> None:
     paths = _fake_host(tmp_path, V2_MOUNTINFO)
-    found = host.check_runtimes(paths, frozenset())
+    found = host.check_runtimes(paths, {})
     assert [f.level for f in found] == ["warn"]
-    assert host.check_hook_on_path(paths).level == "warn"
+    assert host.check_hook_on_path(paths, {}).level == "warn"
 
 
 def test_ldconfig_mode_checks_the_host_binary(tmp_path: Path) -> None:
@@ -216,5 +241,55 @@ def test_persistence_without_the_daemon(sim_root_factory: SimRootFactory) -> Non
                                    "nvhook": {"proc-root": sim.proc_root, "cache-dir": ""}}, "p")
     inventory, _ = checks.check_driver(config)
     assert inventory is not None
-    assert checks.check_persistence(inventory, frozenset()).level == "warn"
-    assert checks.check_persistence(inventory, frozenset({"nvidia-persistenced"})).level == "ok"
+    assert checks.check_persistence(inventory, {}).level == "warn"
+    assert checks.check_persistence(inventory, {"nvidia-persistenced": 1}).level == "ok"
+
+
+def _process(proc: Path, pid: int, comm: str, environ: bytes | None) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "comm").write_text(comm + "\n")
+    if environ is not None:
+        (proc / str(pid) / "environ").write_bytes(environ)
+
+
+def test_running_daemons_from_proc(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _process(proc, 300, "dockerd", b"")
+    _process(proc, 20, "dockerd", b"")
+    _process(proc, 7, "nvidia-persiste", None)  # the kernel keeps 15 characters
+    _process(proc, 8, "bash", None)
+    assert host.running_daemons(str(proc)) == {"dockerd": 20, "nvidia-persistenced": 7}
+
+
+def test_hook_is_looked_up_on_the_engines_path(tmp_path: Path) -> None:
+    """dockerd's PATH (its environ) decides, not the caller's; no engine: the caller's."""
+    paths = _fake_host(tmp_path, V2_MOUNTINFO)
+    engine_bin = tmp_path / "engine-bin"
+    engine_bin.mkdir()
+    _launcher(engine_bin / "nvidia-container-runtime-hook")
+    _process(tmp_path / "proc", 42, "dockerd", b"HOME=/root\0PATH=/nope:" +
+             str(engine_bin).encode() + b"\0")
+    _process(tmp_path / "proc", 43, "containerd", b"LANG=C\0")  # no PATH: finds nothing
+    running = host.running_daemons(paths.proc)
+    found = host.check_hook_on_path(paths, running)
+    assert found.level == "ok", found
+    assert found.message.endswith(", on dockerd's PATH (pid 42)")
+    alone = host.check_hook_on_path(paths, {"containerd": 43})
+    assert alone.level == "warn" and "not on containerd's PATH (pid 43) (empty;" in alone.message
+    unreadable = host.check_hook_on_path(paths, {"dockerd": 99})  # no environ: not root
+    assert "not on the caller's PATH (dockerd's environment is unreadable: run as root)" \
+        in unreadable.message
+    caller = host.check_hook_on_path(paths, {})
+    assert caller.level == "warn" and "not on the caller's PATH" in caller.message
+    _launcher(tmp_path / "bin/nvidia-container-runtime-hook")
+    assert host.check_hook_on_path(paths, {}).message.endswith("on the caller's PATH")
+
+
+def test_unreadable_runtime_config_is_reported(tmp_path: Path) -> None:
+    paths = _fake_host(tmp_path, V2_MOUNTINFO)
+    (tmp_path / "etc/containerd").mkdir()
+    (tmp_path / "etc/containerd/config.toml").write_text("version = [\n")
+    found = host.check_runtimes(paths, {})
+    assert [(f.check, f.level) for f in found] == [("runtime config", "warn"),
+                                                    ("runtime containerd", "info")]
+    assert found[0].message.startswith(f"cannot read {tmp_path}/etc/containerd/config.toml: ")

@@ -170,3 +170,14 @@ def test_everything_is_a_noop_when_not_root(root_status: dict[str, int]) -> None
     assert eff == frozenset()
     assert warnings and "not root" in warnings[0]
     assert no_new_privs == 1
+
+
+def test_last_cap_without_python_prctl_s_constant() -> None:
+    """Debian 11's python3-prctl (1.7) has no CAP_LAST_CAP: the kernel's value is used."""
+    from types import SimpleNamespace
+
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        kernel = int(f.read())
+    old = SimpleNamespace()
+    assert privileges._last_cap(old) == kernel  # type: ignore[arg-type]
+    assert privileges._all_caps(SimpleNamespace(CAP_LAST_CAP=3)) == [0, 1, 2, 3]  # type: ignore[arg-type]

@@ -500,19 +500,34 @@ def test_driver_capabilities(value: str | None, legacy: bool, supported: str, wa
     assert request.driver_capabilities == want
 
 
+VALID = ("valid: compat32, compute, display, graphics, ngx, utility, video or all (fix "
+         "NVIDIA_DRIVER_CAPABILITIES)")
 CAPS_ERRORS = [
-    ("compute,foo", "all", "unsupported capabilities found in 'compute,foo' (allowed 'compute')"),
-    ("foo,compute", "all", "unsupported capabilities found in 'compute,foo' (allowed 'compute')"),
-    ("none", "all", "unsupported capabilities found in 'none' (allowed '')"),
-    ("utility", "compute", "unsupported capabilities found in 'utility' (allowed '')"),
-    ("video,compute", "compute", "unsupported capabilities found in 'compute,video' "
-     "(allowed 'compute')"),
-    ("Compute", "all", "unsupported capabilities found in 'Compute' (allowed '')"),
+    ("compute,foo", "all", "unsupported capabilities found in 'compute,foo': 'foo' is not a "
+     f"driver capability; {VALID}"),
+    ("foo,compute", "all", "unsupported capabilities found in 'compute,foo': 'foo' is not a "
+     f"driver capability; {VALID}"),
+    ("none", "all", f"unsupported capabilities found in 'none': 'none' is not a driver "
+     f"capability; {VALID}"),
+    ("utility", "compute", "unsupported capabilities found in 'utility': 'utility' not in "
+     "supported-driver-capabilities 'compute' of the config (add it there, or leave it out of "
+     "NVIDIA_DRIVER_CAPABILITIES)"),
+    ("video,compute", "compute", "unsupported capabilities found in 'compute,video': 'video' "
+     "not in supported-driver-capabilities 'compute' of the config (add it there, or leave it "
+     "out of NVIDIA_DRIVER_CAPABILITIES)"),
+    ("Compute", "all", "unsupported capabilities found in 'Compute': 'Compute' is not a driver "
+     f"capability (did you mean 'compute'?); {VALID}"),
+    ("compte,utility", "all", "unsupported capabilities found in 'compte,utility': 'compte' is "
+     f"not a driver capability (did you mean 'compute'?); {VALID}"),
+    ("utlity,vidoe", "all", "unsupported capabilities found in 'utlity,vidoe': not driver "
+     "capabilities: 'utlity' (did you mean 'utility'?), 'vidoe' (did you mean 'video'?); "
+     f"{VALID}"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("value", "supported", "message"), CAPS_ERRORS,
-                         ids=["unknown", "sorted", "none", "unsupported", "partly", "case"])
+                         ids=["unknown", "sorted", "none", "unsupported", "partly", "case",
+                              "typo", "typos"])
 def test_driver_capabilities_errors(value: str, supported: str, message: str) -> None:
     with pytest.raises(RequestError) as info:
         derive([*GPU, f"NVIDIA_DRIVER_CAPABILITIES={value}"],

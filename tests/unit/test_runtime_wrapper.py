@@ -228,8 +228,9 @@ def test_errors_go_to_stderr_and_the_json_log(
     proc = _wrapper(["--log", str(log), "--log-format", "json", "create", "--bundle",
                      str(bundle), "x"], env, tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr == ("nvhook-runtime: unsupported capabilities found in 'bogus' "
-                           "(allowed '')\n")
+    assert proc.stderr.startswith("nvhook-runtime: unsupported capabilities found in 'bogus': "
+                                  "'bogus' is not a driver capability; valid: compat32, ")
+    assert proc.stderr.count("\n") == 1
     record = json.loads(log.read_text().splitlines()[-1])
     assert record["level"] == "error" and "unsupported capabilities" in record["msg"]
     text = debug_log.read_text()  # the config's debug file: logrus text lines

@@ -107,14 +107,11 @@ def _check(text: str, path: str) -> None:
 
 
 def _loads(text: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python < 3.11: tomli, a dependency there
-        import tomli as tomllib
+    from nvhook.config.toml_read import loads as toml_loads
 
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+        return toml_loads(text)
+    except ValueError as err:
         raise CliError(f"unable to create config: not valid TOML: {err}") from err
 
 
