@@ -110,3 +110,32 @@ def test_a_user_in_use_by_another_session_stays(monkeypatch: pytest.MonkeyPatch,
         assert (tmp_path / "added").exists()
     finally:
         os.close(other)
+
+
+def _snapshot_with_mounts(ours: str) -> tuple[bool, str]:
+    """In a private mount namespace: a neighbour's mount (/mnt, like dockerd's) and then one
+    under the session's temp dir; whether the filtered snapshot passed the first, and how it
+    failed the second."""
+    from nvmount import _libc
+    from tests.fixtures.containers import HostSnapshot
+
+    libc = _libc.Libc()
+    snap = HostSnapshot()
+    libc.mount("neighbour", "/mnt", "tmpfs", 0)
+    snap.assert_unchanged()  # another daemon's mount does not count
+    libc.mount("ours", ours, "tmpfs", 0)
+    try:
+        snap.assert_unchanged()
+    except AssertionError as err:
+        return True, str(err)
+    return True, ""
+
+
+def test_the_filtered_mount_snapshot_counts_only_what_could_be_ours(tmp_path: Path) -> None:
+    """Issue 19 class 6: tests that compare host mounts (test_ldconfig, test_mounts) use this
+    snapshot, so a dockerd mounting things meanwhile does not fail them."""
+    from tests.fixtures.privns import in_private_ns
+
+    (tmp_path / "ours").mkdir()
+    passed, failure = in_private_ns(_snapshot_with_mounts, str(tmp_path / "ours"))
+    assert passed and "host mounts changed" in failure and str(tmp_path) in failure
