@@ -37,8 +37,8 @@ from nvhook.demo.rootfs import copy_rootfs
 from tests.fixtures.containers import RootfsCache
 from tests.fixtures.security import (
     LIB,
-    PROBE,
     PRIVATE_DEV_BASE,
+    PROBE,
     AttackRig,
     HostOracle,
     LoopDevice,
@@ -319,7 +319,7 @@ def test_class2_hook_environment_decides_nothing(name: str, rig: AttackRig,
         assert not os.path.lexists(out.ctx.marker), "the image's config named the hook's log"
 
 
-# ---- issue 19 class 7: no host node from a guess --------------------------------------------------
+# ---- issue 19 class 7: no host node from a guess -----------------------------------------------
 
 def test_issue19_class7_default_config_makes_no_node_without_the_driver(
         rig: AttackRig, oracle: HostOracle, rootfs_cache: RootfsCache, tmp_path: Path) -> None:
