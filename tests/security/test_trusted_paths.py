@@ -248,3 +248,19 @@ def test_install_refuses_a_user_prefix_and_a_user_checkout(tmp_path: Path) -> No
                           text=True, check=False, timeout=60, cwd="/")
     one_line(proc, f"import path {checkout}", "owned by uid 64123", "root-owned directory")
     assert not (tmp_path / "bin" / "h").exists()
+
+
+def test_csv_mount_specs_a_user_could_write_are_refused(tmp_path: Path) -> None:
+    """Tegra CSV mode: the spec files name what is mounted into every container (a user's
+    `dir, /` would hand out the host); a FIFO among them does not stall the hook."""
+    from nvmount.discover.csv_backend import read_specs
+    from nvmount.errors import DriverError
+
+    specs = user_dir(tmp_path / "specs")
+    (specs / "l4t.csv").write_text("dir, /\n")
+    with pytest.raises(DriverError, match="owned by uid 64123"):
+        read_specs(str(specs))
+    os.chown(specs, 0, 0)
+    os.mkfifo(specs / "z.csv")
+    with pytest.raises(DriverError, match="a FIFO, not a regular file"):
+        read_specs(str(specs))
