@@ -39,6 +39,21 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "it a host log file to write)",
     ),
     (
+        "Host paths root uses",
+        "the cache dir, debug and timing logs, CDI spec dirs and files, CSV mount specs, `cdi "
+        "generate --output`, `config default --output`, the configs `runtime configure` edits and "
+        "the launchers `install` writes must be trusted: every directory root's and writable by no "
+        "one else (or sticky), walked with O_NOFOLLOW (root's own symlinks followed), files "
+        "regular and opened O_NONBLOCK, logs also single-linked, modes set with fchmod without "
+        "setuid/setgid bits; else a one-line error naming the component, or for logs, caches and "
+        "CDI specs a warning (the spec ignored, nothing written); `install` refuses code (nvhook, "
+        "its dependencies, the interpreter) a user could change",
+        "NVIDIA opens these as named (a symlink planted in a group-writable log directory made "
+        "root append to a file of the user's choosing, a FIFO there blocked every start; a user's "
+        "CDI spec could redefine `nvidia.com/gpu=0` with a read-write host mount; root ran a "
+        "user's checkout), and the CDI library reads any spec file in its directories",
+    ),
+    (
         "Nothing from the hook's environment",
         "the MPS pipe directory is `[nvhook] mps-pipe-directory` (default /tmp/nvidia-mps), not "
         "CUDA_MPS_PIPE_DIRECTORY; binaries are searched in a fixed PATH "

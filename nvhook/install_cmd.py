@@ -89,12 +89,13 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
         sys.stdout.write(render_launcher(python, import_paths(), args.print_kind, config))
         return 0
     prefix = _absolute(args.prefix, opts.cwd)
+    paths = import_paths()
+    check_code(python, paths)
     for kind, name in wanted_launchers(args):
         if not name or "/" in name or name in (".", ".."):
             raise NvhookError(f"install launcher {name!r}: not a file name (use --name NAME)")
         path = os.path.join(prefix, name)
-        write_launcher(path, render_launcher(python, import_paths(), kind, config),
-                       force=args.force)
+        write_launcher(path, render_launcher(python, paths, kind, config), force=args.force)
         verify_launcher(path, kind)
         print(path)
     from nvhook.configure.hints import install_hint
@@ -152,6 +153,31 @@ def import_paths(modules: tuple[str, ...] = _MODULES) -> list[str]:
     return paths
 
 
+def check_code(python: str, paths: list[str], modules: tuple[str, ...] = _MODULES) -> None:
+    """Root runs the launchers: the interpreter and every file they import (the `modules`
+    found in `paths`, their packages' trees, their byte-code caches) must be trusted
+    (`nvmount.fs.trusted`: root's, writable by no one else, in directories that are too), so
+    that no user can change the code root runs (a user-owned checkout is refused)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import check_path, check_tree
+
+    stems = {m for name in modules for m in (name, "_" + name)}
+    try:
+        check_path(python, "launcher interpreter")
+        for directory in paths:
+            check_path(directory, "import path")
+            for entry in sorted(os.listdir(directory)):
+                if entry.split(".")[0] in stems or entry == "__pycache__":
+                    check_tree(os.path.join(directory, entry), "import path")
+    except TrustError as err:
+        raise NvhookError(
+            f"install launcher: {err}; root runs these launchers, so nvhook and its "
+            "dependencies must be where only root can change them (install the .deb, or copy "
+            "the checkout or venv to a root-owned directory and install from there)") from err
+    except OSError as err:
+        raise NvhookError(f"install launcher: check {err.filename}: {err.strerror}") from err
+
+
 def render_launcher(python: str, paths: list[str], kind: str = "hook",
                     config: str | None = None) -> str:
     from nvhook import __version__
@@ -188,31 +214,35 @@ def _check_interpreter(python: str) -> None:
 
 
 def write_launcher(path: str, text: str, *, force: bool) -> None:
-    """Write `text` to `path` (mode 0755) atomically; refuse to replace a foreign file."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as stream:
-            ours = MARKER in stream.read(4096)
-    except FileNotFoundError:
-        ours = True
+    """Write `text` to `path` (mode 0755, set on the open file) atomically in a trusted
+    prefix (`nvmount.fs.trusted`; missing directories made 0755); refuse to replace a
+    foreign file."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import open_dir, read_file, write_atomic
+
+    try:  # the prefix: every directory root's and writable by no one else
+        os.close(open_dir(os.path.dirname(path), "install launcher", create=0o755,
+                          parents=True))
+    except TrustError as err:
+        raise NvhookError(str(err)) from err
     except OSError as err:
         raise NvhookError(f"install launcher {path}: {err.strerror}") from err
+    try:
+        ours = MARKER.encode() in read_file(path, "install launcher", 4096)
+    except FileNotFoundError:
+        ours = True
+    except (TrustError, OSError):
+        ours = False  # a symlink, a FIFO, a user's file, unreadable: not ours
     if not ours and not force:
         raise NvhookError(
             f"install launcher {path}: the file exists and is not an nvhook launcher "
             "(move it away, or use --force to replace it)"
         )
-    directory = os.path.dirname(path)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.nvhook-{os.getpid()}")
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o755)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"), "install launcher", mode=0o755)
+    except TrustError as err:
+        raise NvhookError(str(err)) from err
     except OSError as err:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
         raise NvhookError(f"install launcher {path}: {err.strerror}") from err
 
 

@@ -9,6 +9,7 @@ message is escaped: a string from the image or the spec cannot forge a line.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from nvmount.log import DEBUG, WARNING, Sink, escape, get_logger, install, installed
@@ -61,14 +62,16 @@ def _escaping_formatter(fmt: str) -> logging.Formatter:
 def attach_log_file(path: str) -> None:
     """Also log everything (debug and up) to `path`, appending: `nvidia-container-cli.debug`.
 
-    A file that cannot be opened is a warning, not a failed container start.
+    A file that cannot be opened, or is not a trusted log file (`nvmount.fs.trusted.open_log`:
+    a symlink, a FIFO, a hard link, under a directory a user controls), is a warning and no
+    write, not a failed container start.
     """
     sink = installed()
     if sink is not None:
         if path in _STDERR_ALIASES:
             sink.level = DEBUG
             return
-        failed = sink.open_file(path)
+        failed = sink.open_file(path) if path != "/dev/null" else None
         if failed is not None:
             get_logger("nvhook").warning(
                 "open debug log %s: %s (check nvidia-container-cli.debug)", path, failed)
@@ -85,12 +88,20 @@ def _attach_std_log_file(path: str) -> None:
         for handler in root.handlers:
             handler.setLevel(logging.DEBUG)
         return
-    try:
-        handler = logging.FileHandler(path, mode="a", encoding="utf-8")
-    except OSError as err:
-        logging.getLogger("nvhook").warning(
-            "open debug log %s: %s (check nvidia-container-cli.debug)", path, err.strerror)
+    if path == "/dev/null":
         return
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import open_log
+
+    try:
+        stream = os.fdopen(open_log(path, "debug log"), "a", encoding="utf-8",
+                           errors="backslashreplace")
+    except (TrustError, OSError) as err:
+        cause = err.detail if isinstance(err, TrustError) else err.strerror
+        logging.getLogger("nvhook").warning(
+            "open debug log %s: %s (check nvidia-container-cli.debug)", path, cause)
+        return
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         _escaping_formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)

@@ -5,7 +5,8 @@ A cache file holds `marshal.dumps((FORMAT, stamp, value))` (plain values only: s
 bool, float, None, bytes, tuples, lists, dicts). `load(directory, name, stamp)` returns the
 value only when
 
-- the process is root, the directory is owned by root with no group/other access, the file
+- the process is root, the directory is owned by root with no group/other access and every
+  directory above it is trusted (`nvmount.fs.trusted`: root's, writable by no one else), the file
   is a regular file owned by root that only root can write, opened without following
   symlinks and at most `MAX_BYTES` long,
 - the format and the stamp (what the value was derived from, e.g. the config file's
@@ -32,20 +33,22 @@ DEFAULT_DIR = "/run/nvhook"
 
 
 def _dir_fd(directory: str, create: bool) -> int | None:
-    """An fd on the cache directory if it is root's and private (creating it if asked)."""
+    """An fd on the cache directory if it is root's and private (creating it if asked): the
+    walk to it is `nvmount.fs.trusted`'s (every component root's and writable by no one
+    else, no symlink that a user planted), so a user who owns a parent cannot redirect it."""
     if os.geteuid() != 0 or not directory.startswith("/"):
         return None
-    if create:
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as err:
-            log.debug("cache directory %s: %s", directory, err.strerror)
-            return None
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import open_dir
+
     try:
-        fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd = open_dir(directory, "cache directory", create=0o700 if create else 0)
+    except TrustError as err:
+        log.warning("%s: not used", err)
+        return None
+    except OSError as err:
+        if create:
+            log.debug("cache directory %s: %s", directory, err.strerror)
         return None
     st = os.fstat(fd)
     if st.st_uid != 0 or st.st_mode & 0o077:

@@ -319,7 +319,11 @@ def write_timing(options: EngineOptions, timer: PhaseTimer, pid: int,
         fields.update(mounts=result.applied.mounts, binds=plan.count(Bind),
                       files=plan.count(WriteFile), symlinks=plan.count(Symlink),
                       device_rules=len(plan.device_rules), gpus=len(plan.gpus))
+    from nvmount.errors import TrustError
+
     try:
         append_record(options.timing_log, timer.record(**fields))
     except OSError as err:
         log.warning("write timing record to %s: %s", options.timing_log, err.strerror)
+    except TrustError as err:
+        log.warning("%s: no timing record written", err)

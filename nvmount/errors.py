@@ -7,6 +7,7 @@
     ├── RequirementError        a NVIDIA_REQUIRE_* condition is not met (or is malformed)
     ├── ContainerError          the target process / namespace / rootfs
     ├── PathError               a path inside the container root could not be resolved safely
+    ├── TrustError              a host path root would use is not root's alone (nvmount.fs.trusted)
     ├── MountError              a mount step failed (op, source, target, flags)
     ├── LdcacheError            the container's ldcache update
     └── CgroupError             the device cgroup update
@@ -68,6 +69,15 @@ class ContainerError(NvmountError):
 
 class PathError(NvmountError):
     pass
+
+
+class TrustError(NvmountError):
+    """A host path that config or a user names fails the trusted-path rules
+    (`nvmount.fs.trusted`): "<subject>: <detail>", the detail naming the component."""
+
+    def __init__(self, subject: str, detail: str) -> None:
+        self.subject, self.detail = subject, detail
+        super().__init__(f"{subject}: {detail}")
 
 
 class MountError(NvmountError):

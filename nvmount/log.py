@@ -64,10 +64,15 @@ class Sink:
             self.file.flush()
 
     def open_file(self, path: str) -> str | None:
-        """Also append every record to `path`; the error text if it cannot be opened."""
+        """Also append every record to `path`; the error text if it cannot be opened (or is
+        not a trusted log file: `nvmount.fs.trusted.open_log`)."""
+        from nvmount.errors import TrustError
+        from nvmount.fs.trusted import open_log
+
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-                         | os.O_NOCTTY, 0o644)
+            fd = open_log(path, "debug log")
+        except TrustError as err:
+            return err.detail
         except OSError as err:
             return err.strerror or str(err)
         self.file = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")

@@ -76,16 +76,18 @@ class _Phase:
 
 
 def append_record(path: str, record: dict[str, object]) -> None:
-    """Append `record` as one JSON line to `path` (created 0644; a symlink is refused).
+    """Append `record` as one JSON line to `path`, a trusted log file (created 0644;
+    `nvmount.fs.trusted.open_log`: no symlink, FIFO or hard link, no directory a user
+    controls).
 
     One write(2) of the whole line on an O_APPEND fd, so concurrent hooks do not interleave.
-    Raises OSError; the caller decides whether that matters.
+    Raises OSError or TrustError; the caller decides whether that matters.
     """
+    from nvmount.fs.trusted import open_log
     from nvmount.jsonio import encode
 
     line = (encode(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                 0o644)
+    fd = open_log(path, "timing log")
     try:
         os.write(fd, line)
     finally:

@@ -1,6 +1,7 @@
 """Shared fixtures. Each area keeps its fixtures in tests/fixtures/<area>.py (registered here)."""
 
 pytest_plugins = [
+    "tests.fixtures.hostguard",
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.realdriver",

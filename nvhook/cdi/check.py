@@ -4,7 +4,6 @@ device names the specs provide. Effects: reads spec files, runs the generator.""
 
 from __future__ import annotations
 
-import glob
 import os
 from typing import Any
 
@@ -16,10 +15,13 @@ MAX_SPEC_BYTES = 16 * 1024 * 1024
 
 def read_spec(path: str) -> dict[str, Any]:
     from nvhook.cdi.yamlish import YamlError, load
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import read_file
 
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_SPEC_BYTES + 1)
+        data = read_file(path, "read CDI spec", MAX_SPEC_BYTES)
+    except TrustError as err:
+        raise NvhookError(str(err)) from err
     except OSError as err:
         raise NvhookError(f"read CDI spec {path}: {err.strerror} (generate it: nvhook cdi "
                           "generate --output PATH)") from err
@@ -56,19 +58,39 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def spec_files(dirs: tuple[str, ...] | list[str]) -> list[str]:
-    """The *.json and *.yaml files of the CDI spec dirs that declare kind nvidia.com/gpu."""
+    """The *.json and *.yaml files of the CDI spec dirs that declare kind nvidia.com/gpu;
+    a directory or file that a non-root user could have written is ignored with a warning
+    (`nvmount.fs.trusted`)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import list_dir, read_file
+
     found = []
     for directory in dirs:
-        for path in sorted(glob.glob(os.path.join(directory, "*"))):
-            if path.endswith((".json", ".yaml")) and os.path.isfile(path):
+        try:  # a spec a non-root user could have written is ignored (nvmount.fs.trusted)
+            names = list_dir(directory, "CDI spec directory")
+        except TrustError as err:
+            _ignore(err)
+            continue
+        except OSError:
+            continue
+        for path in (os.path.join(directory, n) for n in names):
+            if path.endswith((".json", ".yaml")):
                 try:
-                    with open(path, "rb") as stream:
-                        head = stream.read(1 << 16)
+                    head = read_file(path, "CDI spec", 1 << 16)
+                except TrustError as err:
+                    _ignore(err)
+                    continue
                 except OSError:
                     continue
                 if S.KIND.encode() in head:
                     found.append(path)
     return found
+
+
+def _ignore(err: Exception) -> None:
+    from nvmount.log import get_logger
+
+    get_logger(__name__).warning("ignoring %s", err)
 
 
 def device_names(spec: dict[str, Any]) -> list[str]:

@@ -105,22 +105,16 @@ def format_of(path: str | None, fmt: str | None) -> str:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Write `text` to `path` (0644): a new file beside it, fsync, rename over."""
-    directory = os.path.dirname(os.path.abspath(path)) or "/"
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.nvhook-{os.getpid()}")
+    """Write `text` to `path` (0644): a new file beside it, fsync, rename over; the
+    directories on the way trusted (`nvmount.fs.trusted`; missing ones made 0755)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import write_atomic
+
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
-        try:
-            os.write(fd, text.encode("utf-8"))
-            os.fchmod(fd, 0o644)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomic(os.path.abspath(path), text.encode("utf-8"), "write CDI spec",
+                     mode=0o644, parents=True)
+    except TrustError as err:
+        raise NvhookError(str(err)) from err
     except OSError as err:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
         raise NvhookError(f"write CDI spec {path}: {err.strerror} (check the directory, or "
                           "use --output)") from err

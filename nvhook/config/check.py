@@ -138,14 +138,34 @@ def main_config(argv: list[str], opts: GlobalOptions) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     check = sub.add_parser("check", help="list the problems of the config file the hook uses")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
-    sub.add_parser("default", help="print the default config.toml")
+    default = sub.add_parser("default", help="print the default config.toml")
+    default.add_argument("--output", "-o", metavar="PATH",
+                         help="write it to PATH instead (atomically, 0644)")
     args = parser.parse_args(argv)
     if args.action == "default":
         from nvhook.config.default import default_text
 
-        sys.stdout.write(default_text())
+        if args.output:
+            write_output(os.path.join(opts.cwd or os.getcwd(), args.output), default_text())
+        else:
+            sys.stdout.write(default_text())
         return 0
     return _run_check(opts, as_json=args.json)
+
+
+def write_output(path: str, text: str) -> None:
+    """`config default --output`: a trusted write (`nvmount.fs.trusted`: every directory on
+    the way root's and writable by no one else, missing ones made 0755; mode 0644)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import write_atomic
+
+    try:
+        write_atomic(os.path.normpath(path), text.encode("utf-8"), "write config", mode=0o644,
+                     parents=True)
+    except TrustError as err:
+        raise ConfigError(str(err)) from err
+    except OSError as err:
+        raise ConfigError(f"write config {path}: {err.strerror}") from err
 
 
 def _run_check(opts: GlobalOptions, *, as_json: bool) -> int:

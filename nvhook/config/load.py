@@ -153,9 +153,12 @@ def load_config(
     stamp = file_stamp(path)
     entries = cached_entries()
     hit = entries.get(path)
-    if hit is not None and hit[0] == stamp and len(hit) == 3:
+    if not (isinstance(hit, tuple) and len(hit) == 3 and hit[0] == stamp
+            and isinstance(hit[1], dict)):
+        hit = None  # absent, stale, or not what this version writes: a miss
+    if hit is not None and isinstance(hit[2], tuple):
         return config_from_document(dict(hit[1]), path)
-    document = dict(hit[1]) if hit is not None and hit[0] == stamp else _read_toml(path, origin)
+    document = dict(hit[1]) if hit is not None else _read_toml(path, origin)
     if document is None:
         return config_from_document({}, None)
     config = config_from_document(document, path)

@@ -1,5 +1,7 @@
 """The files `runtime configure` reads and writes: the engines' default paths, bounded UTF-8
-reads, TOML parsing that refuses a broken file, atomic replacement keeping the mode.
+reads, TOML parsing that refuses a broken file, atomic replacement keeping the mode (without
+setuid/setgid bits); root reads and writes only paths no other user can change
+(`nvmount.fs.trusted`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ MAX_BYTES = 4 * 1024 * 1024
 
 def read_text(path: str) -> str | None:
     """The file's text, None when it does not exist."""
-    try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import read_file
+
+    try:  # root edits only files root alone can change (nvmount.fs.trusted)
+        data = read_file(os.path.abspath(path), "edit", MAX_BYTES)
     except FileNotFoundError:
         return None
+    except TrustError as err:
+        raise ConfigureError(f"refuse to {err}") from err
     except OSError as err:
         raise ConfigureError(f"read {path}: {err.strerror}") from err
     if len(data) > MAX_BYTES:
@@ -51,22 +57,16 @@ def read_toml(path: str) -> dict[str, Any] | None:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` via a new file in its directory (mode kept; new: 0644)."""
-    directory = os.path.dirname(path) or "."
+    """Replace `path` with `text` via a new file in its directory (mode kept without
+    setuid/setgid bits, set with fchmod on the new file; new: 0644); every directory on the
+    way trusted, missing ones made 0755 (`nvmount.fs.trusted`)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import write_atomic as write_trusted
+
     try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.nvhook-{os.getpid()}")
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        write_trusted(os.path.abspath(path), text.encode("utf-8"), "write", mode=0o644,
+                      keep_mode=True, parents=True)
+    except TrustError as err:
+        raise ConfigureError(str(err)) from err
     except OSError as err:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
         raise ConfigureError(f"write {path}: {err.strerror}") from err

@@ -3,7 +3,9 @@
 No `logging` import: records go, as logrus lines, to the config's
 `nvidia-container-runtime.debug` file (unless "" or /dev/null) and to runc's `--log` file
 (JSON lines with `--log-format json`, which containerd and Docker read the last error from),
-both appended to (parent directories made 0755, files 0644), at the config's `log-level`
+both appended to (parent directories made 0755, files 0644; the debug file only where
+`nvmount.fs.trusted.open_log` allows: no symlink, FIFO, hard link or directory a user
+controls, else a warning on stderr and no write), at the config's `log-level`
 (`--debug` on the command line: debug). Files are opened at the first record that passes the
 level, so a call that logs nothing opens nothing. The caller prints errors on stderr.
 """
@@ -28,6 +30,25 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _open_file(path: str, trusted: bool) -> int:
+    """The config's debug file is a trusted log file (`nvmount.fs.trusted.open_log`: no
+    symlink, FIFO or hard link, no directory a user controls; missing parents made 0755;
+    else -1, said on stderr); runc's `--log` comes from the daemon and is opened as runc
+    opens it."""
+    if not trusted:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                       | os.O_NOCTTY, 0o644)
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import open_log
+
+    try:
+        return open_log(path, "runtime debug log", parents=True)
+    except TrustError as err:
+        sys.stderr.write(f"nvhook-runtime: {err}: not written\n")
+        return -1
+
+
 class RuntimeLog:
     """Append-only logrus-style records to the wrapper's log files."""
 
@@ -38,9 +59,9 @@ class RuntimeLog:
         self.level = LEVELS["debug"] if debug else LEVELS.get(level, LEVELS["info"])
         files = []
         if debug_file and debug_file != "/dev/null":
-            files.append((debug_file, False))
+            files.append((debug_file, False, True))
         if log_file and log_file != "/dev/null":
-            files.append((log_file, log_format == "json"))
+            files.append((log_file, log_format == "json", False))
         self._files = files
         self._streams: list[tuple[int, bool]] | None = None
 
@@ -76,15 +97,14 @@ class RuntimeLog:
     def _open(self) -> list[tuple[int, bool]]:
         if self._streams is None:
             self._streams = []
-            for path, as_json in self._files:
+            for path, as_json, trusted in self._files:
                 try:
-                    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-                    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-                                 | os.O_NOCTTY, 0o644)
+                    fd = _open_file(path, trusted)
                 except OSError as err:
                     sys.stderr.write(f"nvhook-runtime: open log {path}: {err.strerror}\n")
                     continue
-                self._streams.append((fd, as_json))
+                if fd >= 0:
+                    self._streams.append((fd, as_json))
         return self._streams
 
     def close(self) -> None:

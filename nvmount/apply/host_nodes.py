@@ -6,7 +6,8 @@ the host before discovery. Effects (the host's /dev in the driver root, modprobe
   `nvidia` and `nvidia-uvm`. Never a binary of the image or of the hook's PATH.
 - Control nodes: /dev/nvidiactl (195:255), /dev/nvidia-modeset (195:254), /dev/nvidia-uvm
   (uvm:0) and /dev/nvidia-uvm-tools (uvm:1) are created (mode 0666, as nvidia-modprobe does)
-  when their major is in /proc/devices and the node is missing.
+  when their major is in /proc/devices (`nvidia-frontend` or `nvidia`; `nvidia-uvm`) and the
+  node is missing. A major the kernel does not list is never guessed: no driver, no node.
 - IMEX channels: /dev/nvidia-caps-imex-channels/channel<N> for the channels a request names,
   from the `nvidia-caps-imex-channels` major, unless features.disable-imex-channel-creation;
   at most channel 2047 (the driver's default NVreg_ImexChannelCount) and 64 per start.
@@ -50,8 +51,9 @@ def read_majors(proc_root: str) -> dict[str, int]:
         fields = line.split()
         if len(fields) == 2 and fields[0].isdigit() and len(fields[0]) <= 4:
             majors.setdefault(fields[1], int(fields[0]))
-    majors.setdefault("nvidia-frontend", majors.get("nvidia", NV_MAJOR))
-    return majors
+    if "nvidia" in majors:  # newer drivers list the control major as "nvidia"
+        majors.setdefault("nvidia-frontend", majors["nvidia"])
+    return majors  # no guess: a major the kernel does not list gets no node (nvidia-modprobe)
 
 
 def load_modules(root: str, proc_root: str) -> bool:

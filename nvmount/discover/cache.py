@@ -54,7 +54,7 @@ def lookup(directory: str, key: tuple[object, ...], proc_root: str,
         return None
     try:
         found = decode(hit[1])
-    except (KeyError, TypeError, ValueError, IndexError):
+    except (KeyError, TypeError, ValueError, IndexError, RecursionError):
         return None
     if isinstance(found, inv.DriverInventory) and inventory_stamp(found, proc_root,
                                                                   watch) == hit[0]:
@@ -90,10 +90,10 @@ def cached_inventory(directory: str, key: tuple[object, ...], proc_root: str,
     table = entries if isinstance(entries, dict) else {}
     hit = table.get(key)
     if hit is not None:
-        stamp, encoded = hit
+        stamp, encoded = hit if isinstance(hit, tuple) and len(hit) == 2 else (None, None)
         try:
             found = decode(encoded)
-        except (KeyError, TypeError, ValueError, IndexError):
+        except (KeyError, TypeError, ValueError, IndexError, RecursionError):
             found = None
         if (isinstance(found, inv.DriverInventory)
                 and inventory_stamp(found, proc_root, watch) == stamp):

@@ -40,9 +40,17 @@ def is_tegra(root: DriverRoot) -> bool:
 
 
 def read_specs(spec_dir: str) -> list[tuple[str, str, str]]:
-    """(file name, kind, path) of every entry of the *.csv files, in file and line order."""
+    """(file name, kind, path) of every entry of the *.csv files, in file and line order; the
+    directory and files must be root's alone (`nvmount.fs.trusted`: they name what is mounted
+    into containers)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import list_dir, read_file
+
     try:
-        names = sorted(n for n in os.listdir(spec_dir) if n.endswith(".csv"))[:MAX_FILES]
+        names = [n for n in list_dir(spec_dir, "read CSV mount specs")
+                 if n.endswith(".csv")][:MAX_FILES]
+    except TrustError as err:
+        raise DriverError(str(err)) from err
     except OSError as err:
         raise DriverError(f"read CSV mount specs {spec_dir}: {err.strerror} (set "
                           "nvidia-container-runtime.modes.csv.mount-spec-path)") from err
@@ -50,8 +58,9 @@ def read_specs(spec_dir: str) -> list[tuple[str, str, str]]:
     for name in names:
         path = os.path.join(spec_dir, name)
         try:
-            with open(path, "rb") as stream:
-                data = stream.read(MAX_LINES * MAX_LINE)
+            data = read_file(path, "read CSV mount spec", MAX_LINES * MAX_LINE)
+        except TrustError as err:
+            raise DriverError(str(err)) from err
         except OSError as err:
             raise DriverError(f"read CSV mount spec {path}: {err.strerror}") from err
         for number, raw in enumerate(data.decode("utf-8", "replace").splitlines()[:MAX_LINES],

@@ -13,7 +13,9 @@ cgroup).
 
 The classes: 1 device nodes, FIFOs and sockets of the image reaching the ldconfig step; 2 the
 hook's environment as an input; 3 log forging; 4 unbounded work from image input; 5 hostile
-numbers.
+numbers; and issue 19's class 7: no host node from a guessed major. A case without `--config`
+runs the hook with driver root "/": it runs on a private /dev (`private_host`), whose names
+must stay the usual pseudo devices.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from nvhook.demo.rootfs import copy_rootfs
 from tests.fixtures.containers import RootfsCache
 from tests.fixtures.security import (
     LIB,
+    PRIVATE_DEV_BASE,
     PROBE,
     AttackRig,
     HostOracle,
@@ -44,6 +47,7 @@ from tests.fixtures.security import (
     make_node,
     make_special,
     ns_container,
+    private_host,
     token,
 )
 
@@ -97,6 +101,7 @@ class Outcome:
     mountinfo: list[str]
     ctx: Context
     log: str = ""
+    private_dev: list[str] | None = None  # the names in the private /dev (driver root "/")
 
     @property
     def error(self) -> str:
@@ -126,6 +131,9 @@ def check_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
         (ctx.bundle / "config.json").write_text(json.dumps(spec))  # the last NAME= wins
         config = _config(rig, case.config_extra.format(**ctx.extra), case.nvhook_extra)
         args = ["--config", str(config)] if case.config_flag else []
+        # driver root "/" (no --config: the default config): the hook runs on a private /dev
+        listing = tmp_path / f"dev-{token()}.txt"
+        prefix = () if case.config_flag else private_host(listing)
         with ns_container(rootfs) as pid:
             state = json.dumps({"ociVersion": "1.0.2", "id": name, "status": "creating",
                                 "pid": pid, "bundle": str(ctx.bundle)})
@@ -133,7 +141,8 @@ def check_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
                                                      *case.hook_env))
             started = time.monotonic()
             try:
-                proc = subprocess.run([str(rig.launcher), *args, "prestart"], input=state,
+                proc = subprocess.run([*prefix, str(rig.launcher), *args, "prestart"],
+                                      input=state,
                                       capture_output=True, text=True, cwd=ctx.bundle,
                                       env={k: v.format(**ctx.extra) for k, v in environ.items()},
                                       timeout=60, check=False)
@@ -144,7 +153,8 @@ def check_case(name: str, case: Case, rig: AttackRig, oracle: HostOracle,
             mountinfo = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
         log = ctx.extra.get("log", "")
         out = Outcome(rc, stderr, seconds, mountinfo, ctx,
-                      Path(log).read_text() if log and os.path.exists(log) else "")
+                      Path(log).read_text() if log and os.path.exists(log) else "",
+                      listing.read_text().split() if listing.exists() else None)
         print(f"{name}: rc {rc} in {seconds:.2f} s: {out.error[:160]}")
         _assert_outcome(case, out)
         oracle.assert_clean()
@@ -162,6 +172,8 @@ def _assert_outcome(case: Case, out: Outcome) -> None:
         for word in case.refuse:
             assert word in out.error, f"{word!r} not in {out.error!r}"
     assert out.seconds < HOSTILE_BUDGET_S, f"{out.seconds:.2f} s > {HOSTILE_BUDGET_S} s"
+    if out.private_dev is not None:  # issue 19 class 7: no node from a guess
+        assert set(out.private_dev) == PRIVATE_DEV_BASE, out.private_dev
     if out.ctx.disk is not None:
         assert out.ctx.disk.unchanged(), "the image's block node (a host disk) was written"
     if case.check is not None:
@@ -305,6 +317,22 @@ def test_class2_hook_environment_decides_nothing(name: str, rig: AttackRig,
     out = check_case(name, CLASS2[name], rig, oracle, rootfs_cache, tmp_path)
     if out.ctx.marker:
         assert not os.path.lexists(out.ctx.marker), "the image's config named the hook's log"
+
+
+# ---- issue 19 class 7: no host node from a guess -----------------------------------------------
+
+def test_issue19_class7_default_config_makes_no_node_without_the_driver(
+        rig: AttackRig, oracle: HostOracle, rootfs_cache: RootfsCache, tmp_path: Path) -> None:
+    """The default config (driver root "/", load-kmods on) on a host whose /proc/devices lists
+    no NVIDIA major: the hook makes no /dev/nvidiactl or /dev/nvidia-modeset (before: both,
+    195:255 and 195:254, from a guessed major). Run on a private /dev (the host's is never
+    at stake); the start is refused (no driver)."""
+    with open("/proc/devices") as f:
+        if "nvidia" in f.read():
+            pytest.skip("this host has the NVIDIA driver loaded")
+    out = check_case("default-config", Case(config_flag=False, refuse=()), rig, oracle,
+                     rootfs_cache, tmp_path)
+    assert out.private_dev is not None and not [n for n in out.private_dev if "nvidia" in n]
 
 
 # ---- class 3: no image string is written raw into a log line -----------------------------------

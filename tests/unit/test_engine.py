@@ -34,7 +34,7 @@ from nvmount.errors import NvmountError, RequirementError
 from nvmount.faults import Faults
 from nvmount.plan.types import Bind
 from tests.fixtures.cgroup import devices_list, require_v1_devices, v1_cgroup
-from tests.fixtures.containers import RootfsCache
+from tests.fixtures.containers import RootfsCache, relevant_mount_marks
 
 pytestmark = pytest.mark.root
 
@@ -89,8 +89,13 @@ def listing(top: str) -> list[tuple[str, int, int, int]]:
 
 
 def snapshot(t: Target) -> dict[str, object]:
+    """The container's state; of its mount table only what could be ours (under its rootfs,
+    or the session's or the driver's marks): another session removing a directory it had
+    mounted detaches that mount here too (a busy host)."""
     with open(f"/proc/{t.pid}/mountinfo") as f:
-        mounts = sorted(f.read().splitlines())
+        mounts = sorted(line for line in f.read().splitlines()
+                        if line.split()[4].startswith(t.rootfs)
+                        or any(mark in line for mark in relevant_mount_marks()))
     cache = Path(t.view("/etc/ld.so.cache"))
     return {
         "mountinfo": mounts,

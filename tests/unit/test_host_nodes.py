@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.sim import SimRoot
-from nvmount.apply.host_nodes import ensure_nodes, load_modules
+from nvmount.apply.host_nodes import ensure_nodes, load_modules, read_majors
 from tests.fixtures.sim import SIM_DEFAULT_SPEC, SimRootFactory
 from tests.unit.test_cli import NVHOOK
 
@@ -62,6 +62,31 @@ def test_imex_channels_on_request_unless_disabled(sim: SimRoot) -> None:
     assert ensure_nodes(sim.path, sim.proc_root, (3, 5000)) == [
         "/dev/nvidia-caps-imex-channels/channel3"]  # 5000: beyond the driver's channels
     assert _node(imex / "channel3") == (major, 3, 0o666)
+
+
+HOST_DEVICES = "Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n\nBlock devices:\n  7 loop\n"
+
+
+@pytest.mark.parametrize(("listed", "made"), [
+    ("", []),
+    ("238 nvidia-uvm\n", ["nvidia-uvm", "nvidia-uvm-tools"]),
+    ("195 nvidia\n", ["nvidiactl", "nvidia-modeset"]),
+    ("195 nvidia-frontend\n", ["nvidiactl", "nvidia-modeset"]),
+], ids=["no-nvidia-major", "uvm-only", "nvidia", "nvidia-frontend"])
+def test_no_node_from_a_major_the_kernel_does_not_list(tmp_path: Path, listed: str,
+                                                       made: list[str]) -> None:
+    """Issue 19 class 7 (NVIDIA's rule): a control node only for a major /proc/devices lists;
+    before, nvidiactl and nvidia-modeset were made with a guessed 195 on any host."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mknod)")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "devices").write_text(HOST_DEVICES.replace("\n\n", f"\n{listed}\n"))
+    majors = read_majors(str(tmp_path / "proc"))
+    assert ("nvidia-frontend" in majors) == ("195" in listed)
+    assert ensure_nodes(str(tmp_path), str(tmp_path / "proc"), (1,)) == [f"/dev/{n}"
+                                                                        for n in made]
+    assert sorted(os.listdir(tmp_path / "dev")) == sorted(made)
 
 
 def test_no_modprobe_for_a_simulated_root(sim: SimRoot) -> None:

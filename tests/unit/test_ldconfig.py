@@ -31,7 +31,7 @@ from nvmount.errors import LdcacheError
 from nvmount.ldcache.ldconfig import LdconfigResult, run_ldconfig, seal_binary
 from nvmount.ldcache.sandbox import SandboxLimits
 from nvmount.ldcache.setting import resolve_ldconfig
-from tests.fixtures.containers import host_mountinfo, open_fd_count
+from tests.fixtures.containers import HostSnapshot
 from tests.fixtures.privns import sleeper
 
 pytestmark = pytest.mark.root
@@ -245,7 +245,7 @@ def test_rejects_non_absolute_dirs(rootfs: Path, dirs: tuple[str, ...]) -> None:
 @pytest.mark.parametrize("userns", [False, True], ids=["host-userns", "container-userns"])
 def test_updates_the_container_cache_and_soname_links(rootfs: Path, host: Host,
                                                       userns: bool) -> None:
-    mounts, fds = host_mountinfo(), open_fd_count()
+    snap = HostSnapshot()  # filtered: another daemon's mounts meanwhile do not count
     with container(rootfs, userns=userns) as ctr:
         res = ldconfig(ctr)
     assert (res.ran, res.ok, res.exit_code, res.warning) == (True, True, 0, "")
@@ -254,8 +254,7 @@ def test_updates_the_container_cache_and_soname_links(rootfs: Path, host: Host,
     assert keys["libc.so.6"] == "/lib/x86_64-linux-gnu/libc.so.6"
     assert os.readlink(rootfs / LIBDIR[1:] / "libfoo.so.1") == "libfoo.so.1.2.3"
     host.assert_unchanged()
-    assert host_mountinfo() == mounts
-    assert open_fd_count() == fds
+    snap.assert_unchanged()  # host mounts (ours) and this process's fds
 
 
 def test_runs_with_only_the_ldcache_stage_capabilities(rootfs: Path) -> None:
@@ -512,11 +511,11 @@ def test_hostile_layouts_stay_inside_the_container(rootfs: Path, host: Host, lay
     """CVE-2025-23267 (F8 a-e, g) and F9: every symlink or include resolves inside the
     pivoted container root, where no procfs leads out; nothing on the host changes."""
     _layout(rootfs, layout, host.dir)
-    mounts = host_mountinfo()
+    snap = HostSnapshot()  # filtered: another daemon's mounts meanwhile do not count
     with container(rootfs, procfs=procfs) as ctr:
         res = ldconfig(ctr)
     host.assert_unchanged()
-    assert host_mountinfo() == mounts
+    snap.assert_unchanged()
     assert not (host.dir / "HOSTMARK").exists()
     assert res.ran and res.duration < 5
     assert not (host.dir / "lib/libhostonly.so.7").exists()  # no SONAME link made on the host

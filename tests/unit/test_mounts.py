@@ -30,6 +30,7 @@ from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
 from nvmount.plan.types import RO_DEV, RO_IPC, RO_LIB, RO_PROC, MountFlag, SourceKind
 from tests._compat import zip_strict
+from tests.fixtures.containers import HostSnapshot
 from tests.fixtures.privns import in_private_ns, sleeper
 from tests.unit.test_rootfs import listing
 
@@ -204,7 +205,7 @@ def _attach_into_staged(pid: int, host: str, rootfs: str) -> dict[str, object]:
 @pytest.mark.parametrize("staged", [False, True], ids=["all-caps", "stage-mount-caps"])
 def test_clone_on_host_then_attach_in_container_namespace(host: Path, rootfs: Path,
                                                           staged: bool) -> None:
-    own_before = mountinfo()
+    own_before = HostSnapshot()  # filtered: another daemon's mounts meanwhile do not count
     tree_before = listing(rootfs)
     with sleeper("-m", "--propagation", "private") as pid:
         out = in_private_ns(_attach_into, pid, str(host), str(rootfs), staged)
@@ -227,7 +228,7 @@ def test_clone_on_host_then_attach_in_container_namespace(host: Path, rootfs: Pa
     assert out["after"] == out["before"]  # rollback left the container's table as it was
     assert out["removed"] == [True] * len(out["removed"])  # type: ignore[arg-type]
     assert listing(rootfs) == tree_before
-    assert mountinfo() == own_before  # nothing reached the host
+    own_before.assert_unchanged()  # nothing reached the host
 
 
 # -- tmpfs and files inside it ----------------------------------------------------------------
