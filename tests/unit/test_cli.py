@@ -17,9 +17,9 @@ SAMPLE_BUNDLE = REPO / "tests" / "data" / "sample-bundle"
 _SCRIPT = Path(sys.executable).parent / "nvhook"
 NVHOOK = [str(_SCRIPT)] if os.access(_SCRIPT, os.X_OK) else [sys.executable, "-m", "nvhook"]
 GPU_ENV = ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0,1", "NVIDIA_DRIVER_CAPABILITIES=compute"]
-UNPRIVILEGED_LINE = (
-    "Ignoring devices specified in NVIDIA_VISIBLE_DEVICES (privileged=false, "
-    "accept-nvidia-visible-devices-envvar-when-unprivileged=false) \n"
+UNPRIVILEGED_LINE = (  # NVIDIA 1.20's
+    "Ignoring devices requested by environment variable(s) in unprivileged container: "
+    "[NVIDIA_VISIBLE_DEVICES]\n"
 )
 
 
