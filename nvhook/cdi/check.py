@@ -1,6 +1,14 @@
-"""`nvhook cdi check` and `nvhook cdi list`: whether a spec on disk is still true for this host
-(regenerated now and compared), what changed (driver version, device majors, files), and the
-device names the specs provide. Effects: reads spec files, runs the generator."""
+"""`nvhook cdi check` and `nvhook cdi list`: is a spec on disk still true for this host, and
+whose is it. Effects: reads spec files, stats the host paths they name, runs the generator.
+
+- Every spec is read with the real parsers and type-checked (`nvhook.cdi.document`).
+- A spec nvhook generated carries a stamp (`nvhook.cdi.stamp`): it is regenerated now with
+  the options and config it records and compared (driver version, device majors, files,
+  devices); `--refresh` rewrites it atomically when it differs.
+- Any other spec (nvidia-ctk's, another tool's) is never called stale by nvhook's stamp and
+  never rewritten: it is checked for validity and for devices and files that no longer
+  exist on this host (`vanished`); `--refresh` refuses to touch it, in one line.
+"""
 
 from __future__ import annotations
 
@@ -9,37 +17,128 @@ import os
 from typing import Any
 
 from nvhook.cdi import spec as S
-from nvhook.errors import NvhookError
+from nvhook.cdi.document import MAX_SPEC_BYTES, check_spec, parse_document
+from nvhook.errors import CdiError
 
-MAX_SPEC_BYTES = 16 * 1024 * 1024
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvhook.config.model import HookConfig
+
+
+def read_bytes(path: str) -> bytes:
+    """A spec file's bytes (a regular file, at most 16 MiB; never blocks on a FIFO)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise CdiError(f"read CDI spec {path}: {err.strerror} (generate it: nvhook cdi "
+                       "generate --output PATH)") from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CdiError(f"read CDI spec {path}: not a regular file")
+        chunks, size = [], 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as err:
+        raise CdiError(f"read CDI spec {path}: {err.strerror}") from err
+    finally:
+        os.close(fd)
 
 
 def read_spec(path: str) -> dict[str, Any]:
-    from nvhook.cdi.yamlish import YamlError, load
+    """The spec at `path`, valid (CdiError of one line otherwise)."""
+    return check_spec(parse_document(read_bytes(path), path), path)
 
+
+def spec_files(dirs: tuple[str, ...] | list[str], kind: str | None = S.KIND) -> list[str]:
+    """The *.json and *.yaml files of the CDI spec dirs (those naming `kind`; every one with
+    None), in the CDI library's order."""
+    found = []
+    for directory in dirs:
+        for path in sorted(glob.glob(os.path.join(glob.escape(directory), "*"))):
+            if not path.endswith((".json", ".yaml")) or not os.path.isfile(path):
+                continue
+            if kind is not None:
+                try:
+                    head = read_bytes(path)[: 1 << 16]
+                except CdiError:
+                    continue
+                if kind.encode() not in head:
+                    continue
+            found.append(path)
+    return found
+
+
+def device_names(spec: dict[str, Any]) -> list[str]:
+    return [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
+
+
+def author(spec: dict[str, Any]) -> str:
+    """"nvhook" (a stamp), "nvidia-ctk" (NVIDIA's hooks) or "another tool"."""
+    if S.spec_stamp(spec) is not None:
+        return "nvhook"
+    edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
+    paths = {os.path.basename(h["path"]) for e in edits for h in e.get("hooks") or ()}
+    env = {v for e in edits for v in e.get("env") or ()}
+    if paths & {"nvidia-cdi-hook", "nvidia-ctk"} or any(
+            v.startswith("NVIDIA_CTK_") for v in env):
+        return "nvidia-ctk"
+    return "another tool"
+
+
+def node_problem(node: dict[str, Any]) -> str | None:
+    import stat
+
+    host = node.get("hostPath") or node["path"]
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_SPEC_BYTES + 1)
+        st = os.stat(host)
     except OSError as err:
-        raise NvhookError(f"read CDI spec {path}: {err.strerror} (generate it: nvhook cdi "
-                          "generate --output PATH)") from err
-    if len(data) > MAX_SPEC_BYTES:
-        raise NvhookError(f"read CDI spec {path}: larger than 16 MiB")
-    try:
-        spec = load(data.decode("utf-8"))
-    except (YamlError, UnicodeDecodeError) as err:
-        raise NvhookError(f"read CDI spec {path}: {err} (regenerate it: nvhook cdi "
-                          "generate)") from err
-    if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
-        raise NvhookError(f"read CDI spec {path}: not a CDI spec (no devices list)")
-    return spec
+        return f"{host}: {(err.strerror or 'gone').lower()}"
+    if (node.get("type") or "c") in ("c", "b") and node.get("major") is not None:
+        want = (node["major"], node.get("minor") or 0)
+        have = (os.major(st.st_rdev), os.minor(st.st_rdev))
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) or want != have:
+            return f"{host}: was {want[0]}:{want[1]}, is {have[0]}:{have[1]}"
+    return None
+
+
+def vanished(spec: dict[str, Any]) -> list[str]:
+    """What the spec names that this host no longer has: devices whose nodes are gone or
+    renumbered, mounted files that are gone (empty: none)."""
+    problems = []
+    common = spec.get("containerEdits") or {}
+    for node in common.get("deviceNodes") or ():
+        why = node_problem(node)
+        if why:
+            problems.append(f"common node {why}")
+    for device in spec["devices"]:
+        for node in device["containerEdits"].get("deviceNodes") or ():
+            why = node_problem(node)
+            if why:
+                problems.append(f"device {spec['kind']}={device['name']}: {why}")
+                break
+    mounts = [m["hostPath"] for e in [common, *(d["containerEdits"] for d in spec["devices"])]
+              for m in e.get("mounts") or ()]
+    gone = [m for m in dict.fromkeys(mounts) if not os.path.lexists(m)]
+    if gone:
+        problems.append(f"{len(gone)} mounted file{'s' if len(gone) > 1 else ''} gone "
+                        f"({gone[0]}{', ...' if len(gone) > 1 else ''})")
+    return problems
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Why `old` is no longer true, given the spec this host gives now (empty: still true)."""
+    """Why our `old` spec is no longer true, given the one this host gives now."""
+    from nvhook.cdi.stamp import parse_stamp
+
     if old == new:
         return []
-    was, now = S.parse_stamp(S.spec_stamp(old) or ""), S.parse_stamp(S.spec_stamp(new) or "")
+    was, now = parse_stamp(S.spec_stamp(old) or ""), parse_stamp(S.spec_stamp(new) or "")
     why = [f"{label} changed: {was.get(key) or '?'} -> {now.get(key)}"
            for key, label in (("driver", "driver version"), ("majors", "device majors"))
            if was.get(key) != now.get(key)]
@@ -55,22 +154,36 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return why or ["the spec differs from what this host gives now"]
 
 
-def spec_files(dirs: tuple[str, ...] | list[str]) -> list[str]:
-    """The *.json and *.yaml files of the CDI spec dirs that declare kind nvidia.com/gpu."""
-    found = []
-    for directory in dirs:
-        for path in sorted(glob.glob(os.path.join(directory, "*"))):
-            if path.endswith((".json", ".yaml")) and os.path.isfile(path):
-                try:
-                    with open(path, "rb") as stream:
-                        head = stream.read(1 << 16)
-                except OSError:
-                    continue
-                if S.KIND.encode() in head:
-                    found.append(path)
-    return found
+def regenerate(old: dict[str, Any], config: HookConfig, *,
+               hook_path: str | None = None) -> dict[str, Any]:
+    """Our spec `old` made again with the options its stamp records (its hook path unless
+    `hook_path`)."""
+    from nvhook.cdi.generate import GenerateOptions, generate_spec
+    from nvhook.cdi.stamp import parse_stamp
+
+    stamp = parse_stamp(S.spec_stamp(old) or "")
+    vendor, _, cls = stamp.get("kind", old["kind"]).partition("/")
+    hooks = (old.get("containerEdits") or {}).get("hooks") or [{}]
+    options = GenerateOptions(
+        strategy=stamp.get("strategy") or _strategy(old), vendor=vendor, device_class=cls,
+        cdi_version=stamp.get("version", ""),
+        hook_path=hook_path or hooks[0].get("path") or "", hooks=stamp.get("hooks") != "0",
+        device_ids=tuple(stamp.get("ids", "all").split(",")),
+        all_device=stamp.get("alldev") != "0")
+    return generate_spec(config, options)
 
 
-def device_names(spec: dict[str, Any]) -> list[str]:
-    kind = spec.get("kind", S.KIND)
-    return [f"{kind}={d['name']}" for d in spec["devices"] if isinstance(d, dict) and "name" in d]
+def _strategy(spec: dict[str, Any]) -> str:
+    """The naming of a spec without a recorded strategy (an older nvhook's)."""
+    names = [str(d["name"]) for d in spec["devices"]]
+    if all(n.startswith(("GPU-", "MIG-")) or n == "all" for n in names):
+        return "uuid"
+    return "type-index" if any(n.startswith(("gpu", "mig")) for n in names) else "index"
+
+
+def recorded_config(spec: dict[str, Any]) -> str | None:
+    """The config file our spec was generated with, when it still exists."""
+    from nvhook.cdi.stamp import parse_stamp
+
+    path = parse_stamp(S.spec_stamp(spec) or "").get("config")
+    return path if path and path.startswith("/") and os.path.isfile(path) else None
