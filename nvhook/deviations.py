@@ -1,4 +1,5 @@
-"""Where nvhook deliberately differs from NVIDIA's hook, runtime, CLI and nvidia-ctk (v1.17.8).
+"""Where nvhook deliberately differs from NVIDIA's hook, runtime, CLI and nvidia-ctk (v1.17.8, and
+v1.20.0 where it changed the hook's decision).
 
 The one list of deviations: docs/hook.md and docs/runtimes.md repeat it (a test keeps them in
 step). Each entry is (topic, what nvhook does, why).
@@ -81,12 +82,21 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "Mode detection",
-        "`mode = auto` resolves to `cdi` (only fully qualified CDI names requested), `csv` (a "
-        "driver root with /etc/nv_tegra_release) or else `legacy`; no dlopen of NVML or "
-        "dxcore to probe; `csv` is handled by the hook's own engine; a WSL2 root (/dev/dxg) "
-        "is legacy with the WSL backend",
+        "`mode = auto` resolves, as NVIDIA 1.20's hook does, from the devices in effect after "
+        "the request's policy (accepted volume mounts, `cdi/` ones included, else the "
+        "variables a privileged or accepted container sets): `cdi` when they are all fully "
+        "qualified CDI names, `csv` (a driver root with /etc/nv_tegra_release) or else "
+        "`legacy`; no dlopen of NVML or dxcore to probe; `csv` is handled by the hook's own "
+        "engine; a WSL2 root (/dev/dxg) is legacy with the WSL backend",
         "probing loads libraries into a root process and costs time; NVML and WSL hosts "
         "resolve to legacy in NVIDIA too",
+    ),
+    (
+        "Invalid supported-driver-capabilities",
+        "an unknown capability in `supported-driver-capabilities` fails with 1.17.8's one-line "
+        "error naming the key, the value and the allowed set",
+        "NVIDIA 1.20 exits 1 with no message at all (a reflection panic is swallowed): the "
+        "container fails and nobody can tell why",
     ),
     (
         "Error texts",
@@ -198,8 +208,11 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "Runtime wrapper: modes and output",
-        "modes `legacy`, nvhook's `spec`, and CDI requests (names in NVIDIA_VISIBLE_DEVICES, "
-        "cdi.k8s.io/ annotations) resolved from the CDI spec dirs; csv is the hook's own; "
+        "modes `legacy`, nvhook's `spec`, and CDI requests (annotations, accepted volume "
+        "mounts, NVIDIA_VISIBLE_DEVICES, through the same policy as every request, as NVIDIA "
+        "1.20's runtime in cdi mode) resolved from the CDI spec dirs, every spec read with "
+        "PyYAML and type-checked; a spec whose device nodes are gone from the host is refused "
+        "(NVIDIA's CDI library would inject it); csv is the hook's own; "
         "`--version` prints `nvhook-runtime version <v> (NVIDIA Container Runtime v1.17.8 "
         "compatible)`, then the runtime's; errors are one line on stderr and an error record "
         "in runc's `--log` file",
@@ -245,15 +258,30 @@ DEVIATIONS: tuple[tuple[str, str, str], ...] = (
         "GBM loads it through that link; NVIDIA's current toolkit gives it to graphics too",
     ),
     (
-        "CDI: the procfs view and hook stage",
-        "a generated spec's hooks are nvhook's own (`nvhook cdi hook "
-        "create-symlinks|update-ldcache|procfs`) at `createRuntime`; `procfs` narrows "
-        "/proc/driver/nvidia to the container's GPUs; the spec carries a stamp (driver "
-        "version, majors, file digest) in its hooks' environment",
-        "NVIDIA's CDI spec leaves every GPU of the host visible in /proc/driver/nvidia; "
-        "createRuntime hooks see the state a prestart hook sees (the container's host pid), "
-        "which the fd-safe engine needs; cdiVersion 0.5.0 (Podman 4.3) has no annotations to "
-        "hold the stamp",
+        "CDI: one self-contained hook",
+        "a generated spec has one `createRuntime` hook, `nvhook cdi hook apply`, whose "
+        "arguments carry every input (driver root, links, library folders, ld.so.cache "
+        "entries, the devices' nodes, proc entries and links): no config, NVML or discovery "
+        "at container start; it narrows /proc/driver/nvidia to the granted GPUs, writes the "
+        "application profile and the ld.so.cache; a device is granted when its edits' "
+        "`NVHOOK_CDI_DEVICE_<KEY>` variable names it and config.json's cgroup rules allow "
+        "its nodes; the hook adds no cgroup rule; a read-only link or profile target is a "
+        "warning; the spec sets NVIDIA_VISIBLE_DEVICES=void and carries a stamp (driver, "
+        "majors, files, driver state, options) in its hook's environment",
+        "NVIDIA's spec runs five hook processes and leaves every GPU of the host visible in "
+        "/proc/driver/nvidia; createRuntime hooks see the state a prestart hook sees (the "
+        "container's host pid), which the fd-safe engine needs; cdiVersion 0.5.0 (Podman "
+        "4.3) has no annotations to hold the stamp",
+    ),
+    (
+        "CDI: container paths",
+        "a spec's container paths are the legacy hook's for the same request on an image of "
+        "the driver root's own layout (binaries in /usr/bin, libraries flattened into the "
+        "multiarch or lib64 directory); device nodes carry the host node's mode (and owner "
+        "when not root), no additionalGids, so the default spec stays at cdiVersion 0.5.0",
+        "NVIDIA mounts each file at its host path (a Debian package's nvidia-smi ends up off "
+        "PATH); 0.7.0 (NVIDIA 1.19.1+) is refused by Podman < 5.1, containerd < 1.7.16, "
+        "Docker < 26.1 and CRI-O < 1.30",
     ),
     (
         "load-kmods",

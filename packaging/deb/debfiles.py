@@ -23,7 +23,8 @@ NVIDIA_VERSION = "1.17.8"
 _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
               "libnvidia-container-tools", "nvidia-container-runtime",
               "nvidia-container-runtime-hook")
-DEPENDS = "python3 (>= 3.9), python3-prctl, python3-psutil, python3 (>= 3.11) | python3-tomli"
+DEPENDS = ("python3 (>= 3.9), python3-prctl, python3-psutil, python3 (>= 3.11) | python3-tomli, "
+           "python3-yaml")
 
 
 def control(version: str, installed_size_kib: int) -> str:
@@ -54,8 +55,9 @@ Description: {SUMMARY}
 
 
 # The CDI refresh units are enabled where systemd runs (the service does nothing without a
-# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would.
-UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service"
+# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would; the udev rule
+# (lib/udev/rules.d) starts the same service on module and GPU events.
+UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service nvhook-cdi-refresh.timer"
 POSTINST = f"""\
 #!/bin/sh
 set -e
