@@ -176,6 +176,19 @@ def annotation_requests(annotations: object, prefixes: Sequence[str]) -> list[st
     return names
 
 
+def cli_devices(values: Sequence[str]) -> tuple[str, ...]:
+    """nvidia-container-cli's `--device` values (its callers, the hook and containerd's
+    `--gpus`, decided the request): ids split on ",", de-duplicated, within the input budgets;
+    a CDI name is refused (a CDI runtime resolves those, never the CLI)."""
+    ids = dedupe(d for value in values for d in value.split(",") if d)
+    for device in ids:
+        if is_qualified_cdi_name(device):
+            raise RequestError(f"--device={shorten(device, 200)}: a CDI device name (the CLI "
+                               "takes indexes, UUIDs, MIG ids or all; a CDI runtime resolves "
+                               "CDI names: podman --device, nvhook-runtime)")
+    return check_ids(ids, "--device")
+
+
 def only_cdi_names(devices: Sequence[str] | None) -> bool:
     """NVIDIA's `OnlyFullyQualifiedCDIDevices` on the devices in effect: at least one, all
     qualified CDI names."""

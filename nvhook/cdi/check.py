@@ -56,6 +56,33 @@ def read_spec(path: str) -> dict[str, Any]:
     return check_spec(parse_document(read_bytes(path), path), path)
 
 
+CACHE_TAG = "cdi-spec-1"  # the format of a cached spec (nvmount.cachefile, /run/nvhook)
+
+
+def read_spec_cached(path: str, cache_dir: str) -> dict[str, Any]:
+    """`read_spec`, from the root-only cache while the file's dev/inode/size/mtime/ctime are
+    those it was read with (the runtime wrapper: no YAML parsed at each container start)."""
+    import hashlib
+
+    from nvmount import cachefile
+
+    try:  # the file read (symlinks followed, as read_bytes does)
+        st = os.stat(path)
+    except OSError:
+        return read_spec(path)  # its one-line error
+    if not cache_dir:
+        return read_spec(path)
+    file = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    name = "cdi-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    stamp = (CACHE_TAG, path, file)
+    hit = cachefile.load(cache_dir, name, stamp)
+    if isinstance(hit, dict):
+        return hit
+    spec = read_spec(path)
+    cachefile.store(cache_dir, name, stamp, spec)
+    return spec
+
+
 def spec_files(dirs: tuple[str, ...] | list[str], kind: str | None = S.KIND) -> list[str]:
     """The *.json and *.yaml files of the CDI spec dirs (those naming `kind`; every one with
     None), in the CDI library's order."""

@@ -16,7 +16,6 @@ stale (ours) or names devices this host no longer has (anyone's).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -24,6 +23,7 @@ from nvhook.errors import CdiError, NvhookError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    import argparse
     from typing import Any
 
     from nvhook.cdi.generate import GenerateOptions
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="nvhook cdi", description="CDI specs of this host")
     sub = parser.add_subparsers(dest="action", required=True)
     gen = sub.add_parser("generate", help="write the CDI spec of this host's GPUs")
@@ -51,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     _generation(ref)
     hook = sub.add_parser("hook", help="the spec's hook (the runtime runs it)")
     hook.add_argument("name")
-    hook.add_argument("args", nargs=argparse.REMAINDER)
+    hook.add_argument("args", nargs=argparse.REMAINDER)  # (run without argparse: main)
     return parser
 
 

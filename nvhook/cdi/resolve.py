@@ -28,16 +28,17 @@ VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 Registry = dict[str, tuple[str, dict[str, Any], dict[str, Any]]]
 
 
-def load_registry(dirs: tuple[str, ...]) -> tuple[Registry, list[str]]:
-    """({qualified name: (spec path, spec, device)}, the specs that could not be read)."""
-    from nvhook.cdi.check import read_spec, spec_files
+def load_registry(dirs: tuple[str, ...], cache_dir: str = "") -> tuple[Registry, list[str]]:
+    """({qualified name: (spec path, spec, device)}, the specs that could not be read); specs
+    come from the root-only cache in `cache_dir` while their files are unchanged."""
+    from nvhook.cdi.check import read_spec_cached, spec_files
 
     registry: Registry = {}
     broken: list[str] = []
     for directory in dirs:
         for path in spec_files((directory,), kind=None):
             try:
-                spec = read_spec(path)
+                spec = read_spec_cached(path, cache_dir)
             except CdiError as err:
                 broken.append(str(err))
                 continue
@@ -47,9 +48,9 @@ def load_registry(dirs: tuple[str, ...]) -> tuple[Registry, list[str]]:
 
 
 def apply_devices(doc: dict[str, Any], names: tuple[str, ...] | list[str],
-                  dirs: tuple[str, ...]) -> list[str]:
+                  dirs: tuple[str, ...], cache_dir: str = "") -> list[str]:
     """Apply the edits of `names` to the OCI document; the spec files used."""
-    registry, broken = load_registry(dirs)
+    registry, broken = load_registry(dirs, cache_dir)
     missing = [n for n in names if n not in registry]
     if missing:
         raise WrapperError(_unresolvable(missing, registry, broken, dirs))

@@ -113,7 +113,8 @@ def cdi_document(bundle: BundleFile, spec: Any, config: HookConfig,
     names = cdi_request(spec, doc.get("annotations"), config)
     if not names:
         return None
-    used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs)
+    used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs,
+                         config.nvhook.cache_dir)
     log.info(f"CDI devices {', '.join(names)}: edits of {', '.join(used)} applied")
     return doc
 

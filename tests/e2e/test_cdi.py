@@ -331,3 +331,28 @@ def test_one_hook_process_per_container(client_rig: ClientRig, gpu_install: GpuI
     assert gpu_listing(proc.stdout) == gpu_install.expect([1, 4])
     assert counter.read_text() == "x\n"
 
+
+
+def test_read_only_optional_targets_are_warnings(client_rig: ClientRig, gpu_install: GpuInstall,
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook never fails a container over an optional file: /etc/nvidia (the application
+    profile) and the gbm directory (a graphics link) are read-only binds in the container."""
+    spec_dir = tmp_path / "cdi"
+    generate(gpu_install, gpu_install.sim.config_path, spec_dir / "nvidia.json")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    targets = ("/etc/nvidia", "/usr/lib/x86_64-linux-gnu/gbm")
+
+    def read_only(doc: dict[str, Any]) -> None:
+        doc["mounts"] += [{"destination": d, "type": "bind", "source": str(empty),
+                           "options": ["rbind", "ro"]} for d in targets]
+
+    proc, _ = _wrapped(client_rig, gpu_install, tmp_path, spec_dir,
+                       ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2"],
+                       ["sh", "-c", PROBE[2] + "; echo ro:; find " + " ".join(targets)],
+                       edit=read_only, monkeypatch=monkeypatch)
+    assert proc.returncode == 0, describe(proc)
+    head, _, found = proc.stdout.partition("ro:\n")
+    assert gpu_listing(head) == gpu_install.expect([2]), describe(proc)
+    assert found.split() == list(targets), describe(proc)  # nothing written, nothing failed

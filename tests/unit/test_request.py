@@ -739,3 +739,13 @@ def test_imex_and_invalid_cdi_mount_warnings(caplog: pytest.LogCaptureFixture) -
         "[NVIDIA_IMEX_CHANNELS]",
         "Ignoring invalid mount request for CDI device cdi/nvidia.com: invalid mount CDI device "
         "request: cdi/nvidia.com"]
+
+
+def test_cli_devices_follow_the_id_rules_and_refuse_cdi_names() -> None:
+    from nvhook.device_lists import cli_devices
+
+    assert cli_devices(["0,1", "1", "GPU-x"]) == ("0", "1", "GPU-x")
+    with pytest.raises(RequestError, match="--device=nvidia.com/gpu=0: a CDI device name"):
+        cli_devices(["0,nvidia.com/gpu=0"])
+    with pytest.raises(RequestError, match="more than 10 digits"):
+        cli_devices(["1" * 11])
