@@ -745,7 +745,7 @@ def test_cli_devices_follow_the_id_rules_and_refuse_cdi_names() -> None:
     from nvhook.device_lists import cli_devices
 
     assert cli_devices(["0,1", "1", "GPU-x"]) == ("0", "1", "GPU-x")
-    with pytest.raises(RequestError, match="--device=nvidia.com/gpu=0: a CDI device name"):
+    with pytest.raises(RequestError, match=r"--device=nvidia\.com/gpu=0: a CDI device name"):
         cli_devices(["0,nvidia.com/gpu=0"])
     with pytest.raises(RequestError, match="more than 10 digits"):
         cli_devices(["1" * 11])
