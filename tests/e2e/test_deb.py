@@ -82,7 +82,7 @@ def test_package_fields_and_files(deb: Path) -> None:
                             check=True).stdout
     assert "Architecture: all" in fields
     assert ("Depends: python3 (>= 3.9), python3-prctl, python3-psutil, "
-            "python3 (>= 3.11) | python3-tomli") in fields
+            "python3 (>= 3.11) | python3-tomli, python3-yaml") in fields
     for name in ("Conflicts", "Replaces"):
         line = next(x for x in fields.splitlines() if x.startswith(name + ":"))
         assert "nvidia-container-toolkit," in line and "libnvidia-container-tools" in line
@@ -96,7 +96,9 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./usr/lib/python3/dist-packages/nvmount/engine.py",
             "./usr/share/man/man1/nvhook.1.gz", "./usr/share/doc/nvhook/copyright",
             "./lib/systemd/system/nvhook-cdi-refresh.service",
-            "./lib/systemd/system/nvhook-cdi-refresh.path"]:
+            "./lib/systemd/system/nvhook-cdi-refresh.path",
+            "./lib/systemd/system/nvhook-cdi-refresh.timer",
+            "./lib/udev/rules.d/71-nvhook-cdi-refresh.rules"]:
         assert f" {path}" in listing, path
     assert "__pycache__" not in listing and ".pyc" not in listing
     conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True,
@@ -107,7 +109,8 @@ def test_package_fields_and_files(deb: Path) -> None:
 def test_installed_package_runs(debian_root: Path, sim_root: SimRoot) -> None:
     proc = in_root(debian_root, "for n in " + " ".join(LAUNCHERS[:4]) + "; do "
                    "head -1 /usr/bin/$n; done; nvhook --version; nvhook config check; "
-                   "python3 -c 'import prctl, psutil'; dpkg -s nvhook | grep Status")
+                   "python3 -c 'import prctl, psutil, yaml; yaml.CSafeLoader'; "
+                   "dpkg -s nvhook | grep Status")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:4] == ["#!/usr/bin/python3 -IS"] * 4
