@@ -109,6 +109,8 @@ def visible_devices(
     privileged: bool,
     legacy: bool,
     annotations: Sequence[str] = (),
+    *,
+    quiet: bool = False,
 ) -> tuple[str, ...] | None:
     """Every way a container asks for devices, through one policy, in NVIDIA 1.20's order
     (`VisibleDevices`): CDI annotation requests (the runtime wrapper's, already filtered by
@@ -116,11 +118,12 @@ def visible_devices(
     `cdi/<vendor>/<class>/<name>` or `cdi/<vendor>/<class>=<name>` as CDI names), then the
     swarm variables or NVIDIA_VISIBLE_DEVICES, only for a privileged container or with
     `accept-nvidia-visible-devices-envvar-when-unprivileged` (else NVIDIA's warning). Ids,
-    indexes and CDI names alike. None means "not a GPU container"."""
+    indexes and CDI names alike. None means "not a GPU container". `quiet`: no warning (the
+    wrapper's CDI look, before the hook's own decision logs them)."""
     if annotations:
         return check_ids(dedupe(annotations), "CDI annotations")
     if config.accept_nvidia_visible_devices_as_volume_mounts:
-        listed = mount_requests(mount_entries)
+        listed = mount_requests(mount_entries, quiet=quiet)
         if listed:
             return check_ids(dedupe(listed), f"volume mounts under {DEVICE_LIST_ROOT}")
     names = visible_variables(env, config)
@@ -129,7 +132,8 @@ def visible_devices(
         return None
     if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
         return check_ids(devices, ", ".join(names))
-    log.warning(UNPRIVILEGED_LOG, " ".join(names))
+    if not quiet:
+        log.warning(UNPRIVILEGED_LOG, " ".join(names))
     return None
 
 
@@ -139,7 +143,7 @@ def visible_variables(env: dict[str, str], config: HookConfig) -> tuple[str, ...
     return swarm or (VISIBLE_DEVICES,)
 
 
-def mount_requests(mount_entries: Sequence[str]) -> list[str]:
+def mount_requests(mount_entries: Sequence[str], *, quiet: bool = False) -> list[str]:
     """The device requests of the volume-mount entries: `imex/` skipped, `cdi/` as a CDI
     name (NVIDIA 1.20: `cdi/v/c/n` is `v/c=n`; an entry of neither form is ignored with a
     warning)."""
@@ -152,6 +156,8 @@ def mount_requests(mount_entries: Sequence[str]) -> list[str]:
             if not is_qualified_cdi_name(name):
                 parts = name.split("/", 2)
                 if len(parts) != 3:
+                    if quiet:
+                        continue
                     log.warning("Ignoring invalid mount request for CDI device %s: invalid "
                                 "mount CDI device request: %s", shorten(entry, 200),
                                 shorten(entry, 200))

@@ -323,11 +323,11 @@ def cdi_request(spec: Spec, annotations: object, config: HookConfig) -> tuple[st
     legacy = is_legacy(env)
     mounts = device_list_mounts(spec.mounts)
     asked = annotation_requests(annotations, config.runtime.modes_cdi_annotation_prefixes)
-    devices = visible_devices(env, mounts, config, privileged, legacy, asked)
+    devices = visible_devices(env, mounts, config, privileged, legacy, asked, quiet=True)
     if asked and resolve_mode(devices, config) != "cdi":  # then as if there were none
-        devices = visible_devices(env, mounts, config, privileged, legacy)
+        devices = visible_devices(env, mounts, config, privileged, legacy, quiet=True)
     if devices is None or resolve_mode(devices, config) != "cdi":
-        return None
+        return None  # the hook's decision (derive_request) says why, once
     kind = config.runtime.modes_cdi_default_kind
     return dedupe(d if only_cdi_names((d,)) else f"{kind}={d or 'none'}"
                   for d in devices or ("none",))

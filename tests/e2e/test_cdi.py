@@ -227,6 +227,8 @@ def test_wrapper_cdi_name_of_unprivileged_container_under_strict_policy(
                                   "false\n"))
     assert proc.returncode == 0, describe(proc)
     assert "nvidia" not in proc.stdout.replace("/proc/driver/nvidia", "")
+    assert proc.stderr.count("Ignoring devices requested by environment variable(s) in "
+                             "unprivileged container: [NVIDIA_VISIBLE_DEVICES]") == 1
     assert not received.get("hooks", {}).get("createRuntime")
     assert not any(str(d.get("path", "")).startswith("/dev/nvidia")
                    for d in received.get("linux", {}).get("devices", []))
