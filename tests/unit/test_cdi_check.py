@@ -226,3 +226,20 @@ def test_doctor_follows_the_same_rules(sim_root_factory: SimRootFactory, tmp_pat
                             "by podman 4.3.1 (reads up to 0.5.0)")
     assert warn.fix == f"nvhook cdi generate --output {specs}/z-nvhook.yaml --cdi-version 0.5.0"
     shutil.rmtree(specs)
+
+
+def test_wrapper_refuses_a_spec_whose_device_is_gone(sim_root_factory: SimRootFactory,
+                                                     tmp_path: Path) -> None:
+    """Never used stale: the runtime wrapper refuses the device, in one line, with the cause."""
+    from nvhook.cdi.resolve import apply_devices
+    from nvhook.errors import WrapperError
+
+    sim = sim_root_factory(SIM2, private=True)
+    spec = nvidia_spec(NVIDIA[-1], sim, tmp_path / "cdi")
+    doc: dict[str, object] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]}}
+    assert apply_devices(doc, ["nvidia.com/gpu=1"], (str(spec.parent),)) == [str(spec)]
+    os.unlink(Path(sim.path) / "dev" / "nvidia1")
+    with pytest.raises(WrapperError) as info:
+        apply_devices({}, ["nvidia.com/gpu=1"], (str(spec.parent),))
+    assert str(info.value).startswith(f"CDI device nvidia.com/gpu=1 ({spec}): ")
+    assert "no such file or directory (the spec is stale" in str(info.value)
