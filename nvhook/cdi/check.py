@@ -62,7 +62,7 @@ CACHE_TAG = "cdi-spec-1"  # the format of a cached spec (nvmount.cachefile, /run
 def read_spec_cached(path: str, cache_dir: str) -> dict[str, Any]:
     """`read_spec`, from the root-only cache while the file's dev/inode/size/mtime/ctime are
     those it was read with (the runtime wrapper: no YAML parsed at each container start)."""
-    import hashlib
+    import zlib
 
     from nvmount import cachefile
 
@@ -73,7 +73,8 @@ def read_spec_cached(path: str, cache_dir: str) -> dict[str, Any]:
     if not cache_dir:
         return read_spec(path)
     file = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    name = "cdi-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    name = f"cdi-{zlib.crc32(path.encode('utf-8', 'surrogateescape')):08x}"  # the stamp has
+    # the path: a name two paths share is a miss, never the other's spec
     stamp = (CACHE_TAG, path, file)
     hit = cachefile.load(cache_dir, name, stamp)
     if isinstance(hit, dict):

@@ -115,13 +115,15 @@ def apply_edits(doc: dict[str, Any], edits: dict[str, Any], source: str) -> None
     for node in edits.get("deviceNodes") or ():
         _add_node(doc, process, node, source)
     mounts = _child(doc, "mounts", list, "")
-    for m in edits.get("mounts") or ():
-        entry = {"destination": m["containerPath"], "type": m.get("type") or "bind",
-                 "source": m["hostPath"], "options": list(m.get("options") or ())}
-        mounts[:] = [x for x in mounts if not (isinstance(x, dict) and
-                                                x.get("destination") == entry["destination"])]
-        mounts.append(entry)
-    mounts.sort(key=_depth)  # stable: parents first, as the CDI library orders them
+    added = {m["containerPath"]: {"destination": m["containerPath"],
+                                  "type": m.get("type") or "bind", "source": m["hostPath"],
+                                  "options": list(m.get("options") or ())}
+             for m in edits.get("mounts") or ()}  # one per destination, the last one wins
+    if added:
+        mounts[:] = [x for x in mounts if not (isinstance(x, dict) and isinstance(
+            x.get("destination"), str) and x["destination"] in added)]
+        mounts += added.values()
+        mounts.sort(key=_depth)  # stable: parents first, as the CDI library orders them
     hooks = _child(doc, "hooks", dict, "")
     for h in edits.get("hooks") or ():
         stage = _child(hooks, h["hookName"], list, "hooks")

@@ -171,7 +171,8 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size
                     lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.sampled_from(["process", "env", "linux", "devices",
                                                        "resources", "mounts", "hooks", "user",
-                                                       "createRuntime", "additionalGids"]),
+                                                       "createRuntime", "additionalGids",
+                                                       "destination", "path", "uid"]),
                                       inner, max_size=4), max_leaves=10)
 
 
