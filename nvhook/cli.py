@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None, *, cwd: str | None = None,
         if command is None:
             sys.stderr.write(usage_text(prog))
             return 2
-        if command in HOOK_COMMANDS or command == "info":  # info: as lean as a start
+        if command in HOOK_COMMANDS or command == "info" or _is_cdi_hook(command, rest):
             configure_hook_logging(debug)
         else:
             configure_logging(debug)
@@ -141,6 +141,8 @@ def _dispatch(command: str, rest: list[str], opts: GlobalOptions) -> int:
         ) from err
     if command in HOOK_COMMANDS:
         return int(function([command, *rest], opts))
+    if _is_cdi_hook(command, rest):  # a CDI spec's hook: the hook's lean path, in "/"
+        return int(function(rest, opts))
     if opts.cwd is not None:  # only the hook commands run in "/"
         try:
             os.chdir(opts.cwd)
@@ -150,6 +152,11 @@ def _dispatch(command: str, rest: list[str], opts: GlobalOptions) -> int:
                 f"{err.strerror}"
             ) from err
     return int(function(rest, opts))
+
+
+def _is_cdi_hook(command: str, rest: list[str]) -> bool:
+    """`nvhook cdi hook ...`: run by the OCI runtime like a prestart hook."""
+    return command == "cdi" and rest[:1] == ["hook"]
 
 
 def report_error(err: BaseException, *, debug: bool, prog: str = "nvhook") -> int:

@@ -1,6 +1,8 @@
-"""Device lists of the hook (hook-spec 1.8, 1.10, 1.14): NVIDIA_VISIBLE_DEVICES, swarm resource
-variables, `/dev/null` volume mounts under /var/run/nvidia-container-devices, IMEX channels, and
-the CDI-name test of the mode check. Pure (the unprivileged policy logs NVIDIA's line).
+"""Device lists (hook-spec 1.8, 1.10, 1.14, as NVIDIA 1.20 decides them): CDI annotations (the
+runtime wrapper's), `/dev/null` volume mounts under /var/run/nvidia-container-devices (ids and
+CDI names), swarm resource variables and NVIDIA_VISIBLE_DEVICES, IMEX channels: one policy for
+every way to ask (`visible_devices`), and the CDI-name test of the mode check. Pure (the
+unprivileged policy logs NVIDIA's line).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 MAX_ID_CHARS = 256  # a MIG UUID is 60, a CDI name at most ~250
-UNPRIVILEGED_LOG = (
-    "Ignoring devices specified in NVIDIA_VISIBLE_DEVICES (privileged=false, "
-    "accept-nvidia-visible-devices-envvar-when-unprivileged=false) "
-)
+# NVIDIA 1.20's lines (Go's %v of the variable names: "[A B]")
+UNPRIVILEGED_LOG = "Ignoring devices requested by environment variable(s) in unprivileged " \
+    "container: [%s]"
+UNPRIVILEGED_IMEX_LOG = "Ignoring request by environment variable(s) in unprivileged " \
+    "container: [%s]"
 
 
 def device_list_mounts(mounts: Sequence[tuple[str, str]]) -> tuple[str, ...]:
@@ -99,28 +102,103 @@ def swarm_variables(config: HookConfig) -> tuple[str, ...]:
     return tuple(name for name in names if name)
 
 
-def select_devices(
+def visible_devices(
     env: dict[str, str],
     mount_entries: Sequence[str],
     config: HookConfig,
     privileged: bool,
     legacy: bool,
+    annotations: Sequence[str] = (),
+    *,
+    quiet: bool = False,
 ) -> tuple[str, ...] | None:
-    """The device list by NVIDIA's precedence: volume mounts, then swarm variables or NVD with
-    the unprivileged policy (1.8). None means "not a GPU container"."""
+    """Every way a container asks for devices, through one policy, in NVIDIA 1.20's order
+    (`VisibleDevices`): CDI annotation requests (the runtime wrapper's, already filtered by
+    the configured prefixes), then `/dev/null` volume mounts when accepted (plain ids, and
+    `cdi/<vendor>/<class>/<name>` or `cdi/<vendor>/<class>=<name>` as CDI names), then the
+    swarm variables or NVIDIA_VISIBLE_DEVICES, only for a privileged container or with
+    `accept-nvidia-visible-devices-envvar-when-unprivileged` (else NVIDIA's warning). Ids,
+    indexes and CDI names alike. None means "not a GPU container". `quiet`: no warning (the
+    wrapper's CDI look, before the hook's own decision logs them)."""
+    if annotations:
+        return check_ids(dedupe(annotations), "CDI annotations")
     if config.accept_nvidia_visible_devices_as_volume_mounts:
-        listed = [e for e in mount_entries if not e.startswith(("cdi/", "imex/"))]
+        listed = mount_requests(mount_entries, quiet=quiet)
         if listed:
             return check_ids(dedupe(listed), f"volume mounts under {DEVICE_LIST_ROOT}")
-    swarm = swarm_variables(config)
-    names = swarm if any(name in env for name in swarm) else (VISIBLE_DEVICES,)
+    names = visible_variables(env, config)
     devices = parse_device_list([env.get(name) for name in names], legacy)
     if devices is None:
         return None
     if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
         return check_ids(devices, ", ".join(names))
-    log.warning(UNPRIVILEGED_LOG)
+    if not quiet:
+        log.warning(UNPRIVILEGED_LOG, " ".join(names))
     return None
+
+
+def visible_variables(env: dict[str, str], config: HookConfig) -> tuple[str, ...]:
+    """The swarm-resource variables that are set, else NVIDIA_VISIBLE_DEVICES."""
+    swarm = tuple(name for name in swarm_variables(config) if name in env)
+    return swarm or (VISIBLE_DEVICES,)
+
+
+def mount_requests(mount_entries: Sequence[str], *, quiet: bool = False) -> list[str]:
+    """The device requests of the volume-mount entries: `imex/` skipped, `cdi/` as a CDI
+    name (NVIDIA 1.20: `cdi/v/c/n` is `v/c=n`; an entry of neither form is ignored with a
+    warning)."""
+    devices = []
+    for entry in mount_entries:
+        if entry.startswith("imex/"):
+            continue
+        if entry.startswith("cdi/"):
+            name = entry[len("cdi/"):]
+            if not is_qualified_cdi_name(name):
+                parts = name.split("/", 2)
+                if len(parts) != 3:
+                    if quiet:
+                        continue
+                    log.warning("Ignoring invalid mount request for CDI device %s: invalid "
+                                "mount CDI device request: %s", shorten(entry, 200),
+                                shorten(entry, 200))
+                    continue
+                name = f"{parts[0]}/{parts[1]}={parts[2]}"
+            devices.append(name)
+        else:
+            devices.append(entry)
+    return devices
+
+
+def annotation_requests(annotations: object, prefixes: Sequence[str]) -> list[str]:
+    """CDI device names in the annotations whose key starts with a prefix (keys sorted, values
+    split on ","; NVIDIA 1.20's `cdiDeviceRequestsFromAnnotations`, empty entries dropped)."""
+    if not isinstance(annotations, dict) or not prefixes:
+        return []
+    names: list[str] = []
+    for key in sorted(k for k in annotations if isinstance(k, str)):
+        value = annotations[key]
+        if isinstance(value, str) and any(key.startswith(p) for p in prefixes):
+            names += [v.strip() for v in value.split(",") if v.strip()]
+    return names
+
+
+def cli_devices(values: Sequence[str]) -> tuple[str, ...]:
+    """nvidia-container-cli's `--device` values (its callers, the hook and containerd's
+    `--gpus`, decided the request): ids split on ",", de-duplicated, within the input budgets;
+    a CDI name is refused (a CDI runtime resolves those, never the CLI)."""
+    ids = dedupe(d for value in values for d in value.split(",") if d)
+    for device in ids:
+        if is_qualified_cdi_name(device):
+            raise RequestError(f"--device={shorten(device, 200)}: a CDI device name (the CLI "
+                               "takes indexes, UUIDs, MIG ids or all; a CDI runtime resolves "
+                               "CDI names: podman --device, nvhook-runtime)")
+    return check_ids(ids, "--device")
+
+
+def only_cdi_names(devices: Sequence[str] | None) -> bool:
+    """NVIDIA's `OnlyFullyQualifiedCDIDevices` on the devices in effect: at least one, all
+    qualified CDI names."""
+    return bool(devices) and all(is_qualified_cdi_name(d) for d in devices or ())
 
 
 def select_imex_channels(
@@ -144,19 +222,8 @@ def select_imex_channels(
         return ()
     if privileged or config.accept_nvidia_visible_devices_envvar_when_unprivileged:
         return check_ids(parsed, IMEX_CHANNELS)
+    log.warning(UNPRIVILEGED_IMEX_LOG, IMEX_CHANNELS)
     return ()
-
-
-def only_cdi_devices(env: dict[str, str], mount_entries: Sequence[str], legacy: bool) -> bool:
-    """Every NVD entry is a qualified CDI name and every volume-mount entry starts with `cdi/`,
-    with at least one entry."""
-    parsed = parse_device_list([env.get(VISIBLE_DEVICES)], legacy)
-    visible = ("",) if parsed == () else parsed or ()
-    if not all(is_qualified_cdi_name(d) for d in visible):
-        return False
-    if not all(e.startswith("cdi/") for e in mount_entries):
-        return False
-    return bool(visible) or bool(mount_entries)
 
 
 def _is_alnum(c: str) -> bool:

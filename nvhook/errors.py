@@ -8,6 +8,7 @@
     ├── RequestError            the container's NVIDIA_* environment: names the variable
     ├── WrapperError            the runtime wrapper: the bundle, the low-level runtime
     ├── ConfigureError          `nvhook runtime configure`: names the file and what to do
+    ├── CdiError                a CDI spec (names the file and the field) or a CDI hook
     └── SimError                building the simulated driver (nvhook.sim)
 
 Errors from the engine (`nvmount.errors.NvmountError`) are printed the same way.
@@ -51,4 +52,8 @@ class WrapperError(NvhookError):
 
 
 class ConfigureError(NvhookError):
+    pass
+
+
+class CdiError(NvhookError):
     pass

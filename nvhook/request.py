@@ -14,9 +14,9 @@ from nvhook.device_lists import (
     check_ids,
     dedupe,
     device_list_mounts,
-    only_cdi_devices,
-    select_devices,
+    only_cdi_names,
     select_imex_channels,
+    visible_devices,
 )
 from nvhook.errors import RequestError, SpecError
 from nvhook.oci import Spec, field, json_kind
@@ -98,7 +98,7 @@ def derive_request(spec: Spec, config: HookConfig) -> ContainerRequest | None:
     privileged = is_privileged(spec)
     legacy = is_legacy(env)
     mount_entries = device_list_mounts(spec.mounts)
-    devices = select_devices(env, mount_entries, config, privileged, legacy)
+    devices = visible_devices(env, mount_entries, config, privileged, legacy)
     if devices is None:
         return None
     mig_config = _mig_devices(env, MIG_CONFIG_DEVICES, privileged)
@@ -107,7 +107,7 @@ def derive_request(spec: Spec, config: HookConfig) -> ContainerRequest | None:
     capabilities = driver_capabilities(env, config.supported_driver_capabilities, legacy)
     disabled = requirements_disabled(env)
     requirements = () if disabled else collect_requirements(env, legacy)
-    check_mode(env, mount_entries, config, legacy)
+    check_mode(devices, config)
     return ContainerRequest(
         devices=devices,
         mig_config_devices=mig_config,
@@ -309,26 +309,51 @@ def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None
                            f"{R.MAX_TOTAL_ATOMS} {hint}")
 
 
-def check_mode(
-    env: dict[str, str], mount_entries: Sequence[str], config: HookConfig, legacy: bool
-) -> None:
-    """NVIDIA's mode check (1.14): nvhook is the legacy hook, so any other mode fails.
-
-    `auto` resolves to `cdi` when the request names only fully qualified CDI devices, else to
-    `legacy` (nvhook probes no platform: NVML, WSL and unknown hosts are `legacy` in NVIDIA too,
-    and nvhook has no `csv` mode).
-    """
+def check_mode(devices: Sequence[str], config: HookConfig) -> None:
+    """NVIDIA's mode check (1.14): nvhook is the legacy hook, so any other mode fails."""
     if config.runtime_hook.skip_mode_detection:
         return
+    mode = resolve_mode(devices, config)
+    if mode not in ("legacy", "csv"):  # csv: the engine reads the Tegra mount specs
+        raise RequestError(MODE_ERROR)
+
+
+def resolve_mode(devices: Sequence[str] | None, config: HookConfig) -> str:
+    """`nvidia-container-runtime.mode`, with `auto` resolved as NVIDIA 1.20's hook does from
+    the devices in effect (after the policy: an ignored mount or variable counts for nothing):
+    `cdi` when they are all fully qualified CDI names, `csv` on a Tegra root, else `legacy`
+    (nvhook probes no platform: NVML, WSL and unknown hosts are `legacy` for the hook)."""
     mode = config.runtime.mode
     if mode == "auto":
-        mode = "cdi" if only_cdi_devices(env, mount_entries, legacy) else (
+        mode = "cdi" if only_cdi_names(devices) else (
             "csv" if csv_mode(config) else "legacy")
         log.info("Auto-detected mode as '%s'", mode)
     else:
         log.info("Using requested mode '%s'", mode)
-    if mode not in ("legacy", "csv"):  # csv: the engine reads the Tegra mount specs
-        raise RequestError(MODE_ERROR)
+    return mode
+
+
+def cdi_request(spec: Spec, annotations: object, config: HookConfig) -> tuple[str, ...] | None:
+    """The CDI device names the runtime wrapper resolves for this container, decided by the
+    same policy as every other request (`visible_devices`: privilege, accept-* settings,
+    swarm variables, volume mounts, annotation prefixes), as NVIDIA 1.20's runtime does in
+    `cdi` mode: None when the mode is not `cdi` (the hook's legacy path decides then).
+    Annotations count only in `cdi` mode; a plain id gets `modes.cdi.default-kind`."""
+    from nvhook.device_lists import annotation_requests
+
+    env = parse_env(spec.env)
+    privileged = is_privileged(spec)
+    legacy = is_legacy(env)
+    mounts = device_list_mounts(spec.mounts)
+    asked = annotation_requests(annotations, config.runtime.modes_cdi_annotation_prefixes)
+    devices = visible_devices(env, mounts, config, privileged, legacy, asked, quiet=True)
+    if asked and resolve_mode(devices, config) != "cdi":  # then as if there were none
+        devices = visible_devices(env, mounts, config, privileged, legacy, quiet=True)
+    if devices is None or resolve_mode(devices, config) != "cdi":
+        return None  # the hook's decision (derive_request) says why, once
+    kind = config.runtime.modes_cdi_default_kind
+    return dedupe(d if only_cdi_names((d,)) else f"{kind}={d or 'none'}"
+                  for d in devices or ("none",))
 
 
 def csv_mode(config: HookConfig) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 
 from nvmount.engine_run import Run
-from nvmount.engine_types import EngineOptions, EngineRequest, EngineResult
+from nvmount.engine_types import Effects, EngineOptions, EngineRequest, EngineResult
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
 from nvmount.fds import Cleanup
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from nvmount._libc import Libc
     from nvmount.container.open import ContainerHandle
+    from nvmount.container.types import ContainerLayout
     from nvmount.discover.inventory import DriverInventory
     from nvmount.fs.rootfs import Root
     from nvmount.plan.selection import Selection
@@ -285,6 +286,29 @@ def configure_container(
                           effects.ldcache)
     write_timing(options, timer, pid, result)
     return result
+
+
+def configure_with_plan(make_plan: Callable[[ContainerLayout], MountPlan], pid: int,
+                        rootfs: str, options: EngineOptions, libc: Libc, *,
+                        faults: Faults | None = None,
+                        timer: PhaseTimer | None = None) -> Effects:
+    """Apply a plan made without an inventory (a CDI spec's hook: `nvhook.cdi.hooks`) to the
+    container, with the same effects, journal and rollback as `configure_container`;
+    `make_plan` gets the container's layout (its CUDA compat libraries)."""
+    from nvmount import privileges as P
+    from nvmount.ldcache.setting import resolve_ldconfig
+
+    faults = faults or Faults()
+    timer = timer or PhaseTimer()
+    if options.limit_privileges:
+        P.limit_permitted()
+    resolve_ldconfig(options.ldconfig)
+    with Cleanup() as stack:
+        with timer.phase("container"), P.stage(P.Stage.MOUNT):
+            handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
+        with timer.phase("plan"):
+            plan = make_plan(handle.layout)
+        return Run(handle, plan, options, libc, faults, timer, stack).execute()
 
 
 def _host_nodes(options: EngineOptions, request: EngineRequest) -> None:

@@ -101,7 +101,8 @@ class Run:
                                                   faults=self.faults, host_peers=host_peers)
                 applied = apply_plan(self.plan, root, sources, self.mounts, self.libc,
                                      procfs=procfs, owner=(self.handle.uid, self.handle.gid),
-                                     faults=self.faults, host_peers=host_peers)
+                                     faults=self.faults, host_peers=host_peers,
+                                     optional=self.options.optional)
         finally:
             if not len(self.mounts):
                 close_sources(sources)

@@ -59,6 +59,9 @@ class EngineOptions:
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
     sim_procfs: bool = False  # simulated driver: a tmpfs on /proc/driver first (apply.simproc)
     delivered: Delivered | None = None  # what the runtime does from the spec (plan.delivery)
+    # labels (`what`) of entries whose target may be read-only: a symlink or tmpfs there that
+    # fails with EROFS is skipped with a warning (CDI hooks: links, the application profile)
+    optional: frozenset[str] = frozenset()
 
 
 @record

@@ -36,7 +36,7 @@ def run_checks(opts: GlobalOptions, paths: HostPaths) -> list[Finding]:
     findings.append(host.check_cgroups(paths))
     findings.append(host.check_hook_on_path(paths, running))
     findings += host.check_runtimes(paths, running)
-    findings += host.check_cdi(config)
+    findings += host.check_cdi(config, paths.path)
     return findings
 
 

@@ -266,30 +266,11 @@ def check_hook_on_path(paths: HostPaths, running: dict[str, int]) -> Finding:
     return Finding(found.check, found.level, f"{found.message}, on {whose}", found.fix)
 
 
-def check_cdi(config: HookConfig) -> list[Finding]:
-    """Each nvidia.com/gpu CDI spec of the spec dirs: still true for this host?"""
-    from nvhook.cdi.check import differences, read_spec, spec_files
-    from nvhook.cdi.generate import DEFAULT_HOOK, host_spec
-    from nvhook.errors import NvhookError
-    from nvmount.errors import NvmountError
+def check_cdi(config: HookConfig, path_env: str | None = None) -> list[Finding]:
+    """The CDI specs of the spec dirs: nvhook's still true for this host, another tool's
+    valid and naming only what this host has, each readable by the installed engines
+    (`nvhook.cdi.health`)."""
+    from nvhook.cdi.health import findings
 
-    specs = spec_files(config.runtime.modes_cdi_spec_dirs)
-    if not specs:
-        return [Finding("CDI", "info", "no nvidia.com/gpu CDI spec (podman --device "
-                        "nvidia.com/gpu=N and the device plugin's cdi strategy need one)",
-                        "nvhook cdi generate --output /etc/cdi/nvidia.yaml")]
-    findings = []
-    for path in specs:
-        try:
-            old = read_spec(path)
-            hooks = (old.get("containerEdits") or {}).get("hooks") or [{}]
-            new = host_spec(config, hook_path=hooks[0].get("path") or DEFAULT_HOOK)
-            why = differences(old, new)
-        except (NvhookError, NvmountError) as err:
-            findings.append(Finding("CDI", "warn", f"{path}: {err}",
-                                    "nvhook cdi generate --output " + path))
-            continue
-        findings.append(Finding("CDI", "warn", f"{path} is stale: {'; '.join(why)}",
-                                "nvhook cdi check --refresh") if why else
-                        Finding("CDI", "ok", f"{path}: current"))
-    return findings
+    return [Finding("CDI", level, message, fix) for level, message, fix in
+            findings(config, HostPaths().path if path_env is None else path_env)]

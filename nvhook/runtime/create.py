@@ -6,8 +6,9 @@ Stage: between runc's command line and runc. Reads config.json once; writes it a
    NVIDIA_VISIBLE_DEVICES, CUDA_VERSION, the configured swarm variables (and, when volume-mount
    device lists are accepted, `nvidia-container-devices`) and has no `\\u` escape cannot be a
    GPU container: it is passed on untouched, nothing more is imported.
-2. CDI device names (in NVIDIA_VISIBLE_DEVICES, or `cdi.k8s.io/` annotations): their edits
-   from the CDI spec dirs (`nvhook.cdi.resolve`), and nothing else.
+2. A request in CDI mode (CDI names in `cdi.k8s.io/` annotations, accepted volume mounts,
+   or NVIDIA_VISIBLE_DEVICES of a container the policy lets ask: `nvhook.request.cdi_request`):
+   their edits from the CDI spec dirs (`nvhook.cdi.resolve`), and nothing else.
 3. Otherwise the hook's own decision (`nvhook.request.derive_request`, on the same bytes, with
    the whole config file): no GPU request, nothing changes; its errors fail the create.
 4. A GPU container gets our prestart hook (`edit.add_prestart_hook`; kept if NVIDIA's or ours
@@ -102,17 +103,18 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
 def cdi_document(bundle: BundleFile, spec: Any, config: HookConfig,
                  log: RuntimeLog) -> dict[str, Any] | None:
     """CDI mode (hook-spec 3.4): the document with the requested CDI devices' edits, or None
-    when the container names no CDI device (`nvhook.cdi.resolve`)."""
-    from nvhook.cdi.resolve import apply_devices, requested
-    from nvhook.device_lists import is_qualified_cdi_name
+    when the container's request is not in CDI mode. The request goes through the same
+    policy as any other (`nvhook.request.cdi_request`) before anything is resolved
+    (`nvhook.cdi.resolve`)."""
+    from nvhook.cdi.resolve import apply_devices
+    from nvhook.request import cdi_request
 
     doc = decode_document(bundle)
-    annotations = doc.get("annotations")
-    names = requested(list(spec.env), annotations if isinstance(annotations, dict) else {},
-                      config.runtime.modes_cdi_annotation_prefixes, is_qualified_cdi_name)
+    names = cdi_request(spec, doc.get("annotations"), config)
     if not names:
         return None
-    used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs)
+    used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs,
+                         config.nvhook.cache_dir)
     log.info(f"CDI devices {', '.join(names)}: edits of {', '.join(used)} applied")
     return doc
 

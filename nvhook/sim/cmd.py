@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="also write the CDI spec of the simulated GPUs (nvhook cdi "
                              "generate with the sim's config)")
     create.add_argument("--cdi-hook-path", metavar="PATH",
-                        help="the nvhook launcher the spec's hooks run (default: nvhook on "
-                             "PATH, else /usr/bin/nvhook)")
+                        help="the nvhook launcher the spec's hook runs (default: this "
+                             "installation's, as nvhook cdi generate)")
     prestart = sub.add_parser("prestart", help="OCI prestart step: tmpfs on /proc/driver")
     prestart.add_argument("--with-nvidia-dir", action="store_true",
                           help="also create an empty /proc/driver/nvidia")
@@ -117,15 +117,20 @@ def _create(args: argparse.Namespace, opts: GlobalOptions) -> int:
 
 
 def _write_cdi(sim: SimRoot, path: str, hook_path: str | None) -> None:
-    import shutil
-
-    from nvhook.cdi.generate import DEFAULT_HOOK, format_of, host_spec, render, write_atomically
+    from nvhook.cdi.generate import (
+        GenerateOptions,
+        format_of,
+        generate_spec,
+        render,
+        write_atomically,
+    )
     from nvhook.config.load import load_config
 
-    hook = hook_path or shutil.which("nvhook") or DEFAULT_HOOK
-    spec = host_spec(load_config(sim.config_path, {}), hook_path=hook)
+    spec = generate_spec(load_config(sim.config_path, {}),
+                         GenerateOptions(hook_path=hook_path or ""))
     write_atomically(path, render(spec, format_of(path, None)))
-    sys.stderr.write(f"nvhook sim: wrote the CDI spec {path} (hooks: {hook})\n")
+    hook = spec["containerEdits"]["hooks"][0]["path"]
+    sys.stderr.write(f"nvhook sim: wrote the CDI spec {path} (hook: {hook})\n")
 
 
 def _summary(sim: SimRoot) -> str:

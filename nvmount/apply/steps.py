@@ -144,6 +144,7 @@ class _Applier:
         self.tmpfs: list[tuple[Tmpfs, int]] = []
         self.tmpfs_devs: set[int] = set()  # entries on our tmpfs mounts go with the mount
         self.counts = {"mounts": 0, "files": 0, "symlinks": 0, "created": 0}
+        self.skipped: list[str] = []  # optional tmpfs targets that were read-only
 
     def created(self, entries: tuple[Created, ...]) -> None:
         for c in entries:
@@ -246,6 +247,25 @@ class _Applier:
                      lambda e=entry, t=tree: mounts.apply_flags(  # type: ignore[misc]
                          t, e.flags, self.libc, what=e.target))
 
+    def run_optional(self, entry: Tmpfs | WriteFile | Bind | Symlink,
+                     optional: frozenset[str]) -> None:
+        """`run`; an optional entry (its label in `optional`, or a file inside an optional
+        tmpfs that was skipped) on a read-only target is skipped with a warning."""
+        if isinstance(entry, WriteFile) and any(
+                entry.target.startswith(t + "/") for t in self.skipped):
+            return
+        if entry.what not in optional:
+            self.run(entry)
+            return
+        try:
+            self.run(entry)
+        except NvmountError as err:
+            if not _read_only(err):
+                raise
+            log.warning("%s (read-only: skipped, the container starts without it)", err)
+            if isinstance(entry, Tmpfs):
+                self.skipped.append(entry.target)
+
     def run(self, entry: Tmpfs | WriteFile | Bind | Symlink) -> None:
         if isinstance(entry, Bind):
             step = bind_step(entry)
@@ -260,6 +280,20 @@ class _Applier:
                      lambda: self.symlink(entry))
 
 
+def _read_only(err: BaseException) -> bool:
+    """Whether `err` was caused by a read-only file system (EROFS) somewhere in its chain."""
+    import errno
+
+    seen: BaseException | None = err
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno == errno.EROFS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def apply_plan(
     plan: MountPlan,
     root: Root,
@@ -271,6 +305,7 @@ def apply_plan(
     owner: tuple[int, int] = (0, 0),
     faults: Faults | None = None,
     host_peers: frozenset[int] = frozenset(),
+    optional: frozenset[str] = frozenset(),
 ) -> ApplyResult:
     """Execute `plan` in order inside the current (container) mount namespace.
 
@@ -278,7 +313,8 @@ def apply_plan(
     back). Files and mountpoints are created as `owner` (uid, gid). On failure the journal
     is rolled back here, still inside the namespace, and the error (naming the step) raised.
     `host_peers` (`mounts.peer_groups` of the hook's namespace): targets on a mount in one of
-    these peer groups are refused, the mount would propagate to the host.
+    these peer groups are refused, the mount would propagate to the host. `optional`: labels
+    of entries skipped with a warning when their target is read-only (EROFS).
     """
     faults = faults or Faults()
     fds = list(sources.values())
@@ -287,7 +323,7 @@ def apply_plan(
     root.remember_dirs(True)
     try:
         for entry in plan.entries:
-            applier.run(entry)
+            applier.run_optional(entry, optional)
             if isinstance(entry, Tmpfs) or (isinstance(entry, Bind)
                                              and entry.kind is SourceKind.DIRECTORY):
                 root.remember_dirs(True)  # a directory was covered: walk again

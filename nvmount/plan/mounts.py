@@ -264,11 +264,16 @@ def compat_dirs(
     """
     if options.compat_mode is CompatMode.DISABLED or not capabilities & COMPUTE_LIBS:
         return ()
-    driver_major = _leading_int(inventory.driver_version)
+    return newer_compat_dirs(inventory.driver_version, layout.cuda_compat_libs)
+
+
+def newer_compat_dirs(driver_version: str, compat_libs: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories of `compat_libs` (container paths) newer than `driver_version`."""
+    driver_major = _leading_int(driver_version)
     if driver_major is None:
         return ()
     dirs: list[str] = []
-    for path in layout.cuda_compat_libs:
+    for path in compat_libs:
         directory, base = posixpath.split(path)
         _, sep, version = base.partition(".so.")
         major = _leading_int(version) if sep else None

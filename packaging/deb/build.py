@@ -56,6 +56,8 @@ def stage(root: Path) -> None:
         "/usr/bin/nvidia-container-runtime-hook")))
     for unit in sorted((REPO / "packaging/systemd").glob("*")):
         _write(root / "lib/systemd/system" / unit.name, unit.read_text())
+    for rule in sorted((REPO / "packaging/udev").glob("*.rules")):
+        _write(root / "lib/udev/rules.d" / rule.name, rule.read_text())
     doc = root / "usr/share/doc/nvhook"
     _write(doc / "copyright", debfiles.COPYRIGHT)
     _write_gz(doc / "changelog.Debian.gz", debfiles.changelog(__version__))

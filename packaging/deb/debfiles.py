@@ -32,7 +32,7 @@ _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 # tomllib from 3.11; below, python3-tomli where the release has it (Ubuntu 22.04), else
 # python3-toml (Debian 11: no release with a 3.9 interpreter ships python3-tomli).
 DEPENDS = ("python3 (>= 3.9), python3-prctl, python3-psutil, "
-           "python3 (>= 3.11) | python3-tomli | python3-toml")
+           "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml")
 
 
 def control(version: str, installed_size_kib: int) -> str:
@@ -65,8 +65,9 @@ Description: {SUMMARY}
 
 
 # The CDI refresh units are enabled where systemd runs (the service does nothing without a
-# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would.
-UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service"
+# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would; the udev rule
+# (lib/udev/rules.d) starts the same service on module and GPU events.
+UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service nvhook-cdi-refresh.timer"
 POSTINST = f"""\
 #!/bin/sh
 set -e

@@ -98,7 +98,7 @@ def test_package_fields_and_files(deb: Path) -> None:
                             check=True).stdout
     assert "Architecture: all" in fields
     assert ("Depends: python3 (>= 3.9), python3-prctl, python3-psutil, "
-            "python3 (>= 3.11) | python3-tomli | python3-toml\n") in fields
+            "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml\n") in fields
     assert f"Depends: {package_depends()}\n" in fields  # what the cached roots were made with
     for name in ("Conflicts", "Replaces"):
         line = next(x for x in fields.splitlines() if x.startswith(name + ":"))
@@ -114,7 +114,9 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./usr/lib/python3/dist-packages/nvmount/engine.py",
             "./usr/share/man/man1/nvhook.1.gz", "./usr/share/doc/nvhook/copyright",
             "./lib/systemd/system/nvhook-cdi-refresh.service",
-            "./lib/systemd/system/nvhook-cdi-refresh.path"]:
+            "./lib/systemd/system/nvhook-cdi-refresh.path",
+            "./lib/systemd/system/nvhook-cdi-refresh.timer",
+            "./lib/udev/rules.d/71-nvhook-cdi-refresh.rules"]:
         assert f" {path}" in listing, path
     assert "__pycache__" not in listing and ".pyc" not in listing
     conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True,
@@ -126,7 +128,8 @@ def test_installed_package_runs(release: Release, debian_root: Path) -> None:
     (debian_root / "tmp/beyond.toml").write_text(BEYOND_SUBSET)
     proc = in_root(debian_root, "for n in " + " ".join(LAUNCHERS[:4]) + "; do "
                    "head -1 /usr/bin/$n; done; nvhook --version; nvhook config check; "
-                   "python3 -c 'import prctl, psutil, sys; print(\"python%d.%d\" % "
+                   "python3 -c 'import prctl, psutil, sys, yaml; yaml.CSafeLoader; "
+                   "print(\"python%d.%d\" % "
                    "sys.version_info[:2])'; dpkg -s nvhook | grep Status; "
                    "nvidia-ctk --version; nvidia-cdi-hook --version; "
                    "nvhook --config /tmp/beyond.toml config check --json")

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e]
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FORBIDDEN = {"dataclasses", "typing", "inspect", "logging", "tomllib", "tomli", "re", "enum",
-             "json", "contextlib", "importlib.util", "argparse"}
+             "json", "contextlib", "importlib.util", "argparse", "yaml"}
 PROBE = """\
 import posix as os
 import sys

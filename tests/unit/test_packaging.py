@@ -136,14 +136,24 @@ def test_cdi_refresh_units() -> None:
     from nvhook.config.model import config_from_document
 
     service = (REPO / "packaging/systemd/nvhook-cdi-refresh.service").read_text()
-    assert "ExecStart=/usr/bin/nvhook cdi generate --output /var/run/cdi/nvidia.yaml" in service
+    assert ("ExecStart=/usr/bin/nvhook cdi refresh --output /var/run/cdi/nvidia.yaml --wait 120"
+            in service)
     assert "ConditionPathExists=/dev/nvidiactl" in service and "Type=oneshot" in service
+    timer = (REPO / "packaging/systemd/nvhook-cdi-refresh.timer").read_text()
+    assert "OnUnitActiveSec=1min" in timer and "Unit=nvhook-cdi-refresh.service" in timer
+    rules = (REPO / "packaging/udev/71-nvhook-cdi-refresh.rules").read_text().splitlines()
+    rules = [r for r in rules if r and not r.startswith("#")]
+    assert len(rules) == 2 and all(r.endswith(
+        'RUN+="/bin/systemctl --no-block start nvhook-cdi-refresh.service"') for r in rules)
+    assert 'SUBSYSTEM=="module", KERNEL=="nvidia|nvidia_uvm' in rules[0]  # module reload
+    assert 'ENV{PCI_ID}=="10DE:*"' in rules[1] and "bind|unbind" in rules[1]  # hot-plug
     assert "/var/run/cdi" in config_from_document({}, None).runtime.modes_cdi_spec_dirs
     path = (REPO / "packaging/systemd/nvhook-cdi-refresh.path").read_text()
     assert "Unit=nvhook-cdi-refresh.service" in path
     assert "PathChanged=/lib/modules/%v/modules.dep" in path
     if subprocess.run(["which", "systemd-analyze"], capture_output=True).returncode == 0:
         proc = subprocess.run(["systemd-analyze", "verify", "--man=no",
-                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.path")],
+                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.path"),
+                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.timer")],
                               capture_output=True, text=True, check=False, timeout=60)
         assert "Unknown" not in proc.stderr and "syntax" not in proc.stderr, proc.stderr

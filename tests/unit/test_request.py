@@ -229,7 +229,7 @@ UNPRIVILEGED = [
      None, ["S=0"], None, True),
     (conf(), None, ["NVIDIA_VISIBLE_DEVICES=all"], ("all",), False),
 ]  # fmt: skip
-UNPRIV_IDS = ["refused", "privileged", "none-refused", "void-no-log", "swarm-same-message",
+UNPRIV_IDS = ["refused", "privileged", "none-refused", "void-no-log", "swarm-names-its-variable",
               "accepted-by-default"]
 
 
@@ -242,11 +242,11 @@ def test_unprivileged_policy(
     with caplog.at_level(logging.INFO):
         assert devices_of(env, caps=caps, config=config) == want
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert lines == ([device_lists.UNPRIVILEGED_LOG] if logged else [])
-    assert device_lists.UNPRIVILEGED_LOG == (
-        "Ignoring devices specified in NVIDIA_VISIBLE_DEVICES (privileged=false, "
-        "accept-nvidia-visible-devices-envvar-when-unprivileged=false) "
-    )
+    variable = "S" if any(e.startswith("S=") for e in env) else "NVIDIA_VISIBLE_DEVICES"
+    assert lines == ([device_lists.UNPRIVILEGED_LOG % variable] if logged else [])
+    assert device_lists.UNPRIVILEGED_LOG % variable == (  # NVIDIA 1.20's line
+        "Ignoring devices requested by environment variable(s) in unprivileged container: "
+        f"[{variable}]")
 
 
 MOUNT_CASES = [
@@ -260,8 +260,8 @@ MOUNT_CASES = [
     (dev(ROOT + "X"), [], ("X",)),
     (dev("/run/nvidia-container-devices/0"), ["NVIDIA_VISIBLE_DEVICES=2"], ("2",)),
     (dev("GPU0-MIG0/0/1"), [], ("GPU0-MIG0/0/1",)),
-    (dev("cdi/nvidia.com/gpu=0", "imex/1", "0"), [], ("0",)),
-    (dev("cdi/nvidia.com/gpu=0", "imex/1"), ["NVIDIA_VISIBLE_DEVICES=5"], ("5",)),
+    (dev("cdi/nvidia.com/gpu=0", "imex/1", "0"), [], ("nvidia.com/gpu=0", "0")),
+    (dev("imex/1"), ["NVIDIA_VISIBLE_DEVICES=5"], ("5",)),
     (dev("all"), [], ("all",)),
     (dev("none"), [], ("none",)),
     (dev("void"), [], ("void",)),
@@ -272,7 +272,7 @@ MOUNT_CASES = [
 ]  # fmt: skip
 MOUNT_IDS = ["one", "mounts-win-over-env", "source-trailing-slash", "source-double-slash",
              "other-source", "root-itself-skipped", "root-itself-then-env", "plain-prefix-quirk",
-             "run-not-var-run", "slashes-kept", "cdi-imex-dropped", "only-cdi-imex-fall-back",
+             "run-not-var-run", "slashes-kept", "cdi-counts-imex-dropped", "only-imex-falls-back",
              "all-literal", "none-literal", "void-literal", "repeat-destination",
              "dup-deduped", "cleaned", "slashes-trimmed"]  # fmt: skip
 
@@ -566,14 +566,15 @@ MODE_OK = [
     (conf(**{"nvidia-container-runtime-hook.skip-mode-detection": True,
              "nvidia-container-runtime.mode": "cdi"}),
      ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"], (), None),
-    (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], dev("0"),
+    (VOLUMES, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], dev("0"),
      "Auto-detected mode as 'legacy'"),
+    (VOLUMES, [], dev("cdi/nvidia.com/gpu=0", "1"), "Auto-detected mode as 'legacy'"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("config", "env", "mounts", "line"), MODE_OK,
                          ids=["all", "mixed-cdi-and-index", "none", "requested-legacy",
-                              "skipped", "non-cdi-mount"])  # fmt: skip
+                              "skipped", "index-mount-wins", "mixed-mounts"])  # fmt: skip
 def test_mode_check_passes(caplog: pytest.LogCaptureFixture, config: HookConfig, env: list[str],
                            mounts: Any, line: str | None) -> None:  # fmt: skip
     with caplog.at_level(logging.INFO, logger="nvhook"):
@@ -586,13 +587,17 @@ MODE_FAIL = [
     (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], ()),
     (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,example.com/net=eth0"], ()),
     (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], dev("cdi/nvidia.com/gpu=1")),
+    (conf(), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], dev("0")),
+    (VOLUMES, [], dev("cdi/nvidia.com/gpu=0", "imex/1")),
+    (VOLUMES, ["NVIDIA_VISIBLE_DEVICES=5"], dev("cdi/nvidia.com/gpu/1")),
     (conf(**{"nvidia-container-runtime.mode": "cdi"}), ["NVIDIA_VISIBLE_DEVICES=all"], ()),
     (conf(**{"nvidia-container-runtime.mode": "jit-cdi"}), ["NVIDIA_VISIBLE_DEVICES=0"], ()),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("config", "env", "mounts"), MODE_FAIL,
-                         ids=["cdi-name", "cdi-names", "cdi-mount", "cdi", "jit-cdi"])
+                         ids=["cdi-name", "cdi-names", "ignored-cdi-mount", "ignored-index-mount",
+                              "cdi-mount-counts", "cdi-mount-slash-form", "cdi", "jit-cdi"])
 def test_mode_check_fails(config: HookConfig, env: list[str], mounts: Any) -> None:
     with pytest.raises(RequestError) as info:
         derive(env, config=config, mounts=mounts)
@@ -689,3 +694,73 @@ def test_gated_features_need_exactly_enabled() -> None:
            "NVIDIA_GDRCOPY": "enabled"}
     assert gated_features(env) == ("gds", "gdrcopy")
     assert gated_features({}) == ()
+
+
+# --- one request, one policy: CDI requests (NVIDIA 1.20's runtime in cdi mode) -----------------
+
+STRICT = conf(accept_nvidia_visible_devices_envvar_when_unprivileged=False)
+STRICT_VOLUMES = conf(accept_nvidia_visible_devices_envvar_when_unprivileged=False,
+                      accept_nvidia_visible_devices_as_volume_mounts=True)
+ANNOTATED = {"cdi.k8s.io/plugin_x": "nvidia.com/gpu=1,nvidia.com/gpu=0", "other/x": "a/b=c"}
+CDI_CASES = [
+    (conf(), UNPRIV, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"], (), {},
+     ("nvidia.com/gpu=all",)),
+    (STRICT, UNPRIV, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"], (), {}, None),
+    (STRICT, PRIV, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"], (), {}, ("nvidia.com/gpu=all",)),
+    (STRICT, UNPRIV, [], (), ANNOTATED, ("nvidia.com/gpu=1", "nvidia.com/gpu=0")),
+    (conf(**{"nvidia-container-runtime.modes.cdi.annotation-prefixes": []}), None, [], (),
+     ANNOTATED, None),
+    (STRICT_VOLUMES, UNPRIV, [], dev("cdi/nvidia.com/gpu/1"), {}, ("nvidia.com/gpu=1",)),
+    (STRICT, UNPRIV, [], dev("cdi/nvidia.com/gpu=1"), {}, None),
+    (conf(), None, ["NVIDIA_VISIBLE_DEVICES=0"], (), {}, None),
+    (conf(), None, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,1"], (), {}, None),
+    (conf(**{"nvidia-container-runtime.mode": "cdi"}), None, ["NVIDIA_VISIBLE_DEVICES=0,1"], (),
+     {}, ("nvidia.com/gpu=0", "nvidia.com/gpu=1")),
+    (conf(swarm_resource="S"), None, ["S=nvidia.com/gpu=2", "NVIDIA_VISIBLE_DEVICES=all"], (),
+     {}, ("nvidia.com/gpu=2",)),
+    (conf(), None, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], (), {"cdi.k8s.io/x": "0"},
+     ("nvidia.com/gpu=0",)),
+]  # fmt: skip
+CDI_IDS = ["unprivileged-accepted-by-default", "strict-unprivileged-refused",
+           "strict-privileged", "annotations-need-no-privilege", "annotations-off",
+           "accepted-cdi-mount", "cdi-mount-not-accepted", "index-is-legacy", "mixed-is-legacy",
+           "cdi-mode-default-kind", "swarm-wins", "non-cdi-annotation-ignored"]
+
+
+@pytest.mark.parametrize(("config", "caps", "env", "mounts", "annotations", "want"), CDI_CASES,
+                         ids=CDI_IDS)
+def test_cdi_requests_go_through_the_same_policy(config: HookConfig, caps: Any, env: list[str],
+                                                 mounts: Any, annotations: dict[str, str],
+                                                 want: Any) -> None:
+    """Issue 19 class 1: a CDI name in the env of an unprivileged container under the strict
+    policy is refused exactly as an index would be (NVIDIA 1.20's `VisibleDevices` order:
+    annotations, accepted volume mounts, then swarm/NVD with the privilege policy)."""
+    from nvhook.request import cdi_request
+
+    spec = make_spec(env, caps, mounts=mounts)
+    assert cdi_request(spec, annotations, config) == want
+    if want is None and config is STRICT and not annotations and not mounts:  # as an index
+        assert derive([e.replace("nvidia.com/gpu=all", "all") for e in env], caps,
+                      config) is None
+
+
+def test_imex_and_invalid_cdi_mount_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        request = derive(["NVIDIA_IMEX_CHANNELS=1"], UNPRIV, STRICT_VOLUMES, dev("0"))
+        assert request is not None and request.imex_channels == ()
+        assert derive([], None, VOLUMES, dev("cdi/nvidia.com")) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "Ignoring request by environment variable(s) in unprivileged container: "
+        "[NVIDIA_IMEX_CHANNELS]",
+        "Ignoring invalid mount request for CDI device cdi/nvidia.com: invalid mount CDI device "
+        "request: cdi/nvidia.com"]
+
+
+def test_cli_devices_follow_the_id_rules_and_refuse_cdi_names() -> None:
+    from nvhook.device_lists import cli_devices
+
+    assert cli_devices(["0,1", "1", "GPU-x"]) == ("0", "1", "GPU-x")
+    with pytest.raises(RequestError, match=r"--device=nvidia\.com/gpu=0: a CDI device name"):
+        cli_devices(["0,nvidia.com/gpu=0"])
+    with pytest.raises(RequestError, match="more than 10 digits"):
+        cli_devices(["1" * 11])

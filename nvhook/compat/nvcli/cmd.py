@@ -243,7 +243,14 @@ def engine_request(parsed: Parsed) -> EngineRequest:
     from nvmount.engine_types import EngineRequest
 
     o = parsed.opts
-    devices = tuple(d for d in ",".join(_list(o, "device")).split(",") if d)
+    from nvhook.device_lists import cli_devices
+    from nvhook.errors import RequestError
+    from nvmount.errors import SelectionError
+
+    try:  # the request's id rules (nvhook.device_lists)
+        devices = cli_devices(_list(o, "device"))
+    except RequestError as err:
+        raise SelectionError(str(err)) from err
     channels = tuple(imex_channel(c) for c in ",".join(_list(o, "imex-channel")).split(",") if c)
     return EngineRequest(
         devices=devices,

@@ -215,17 +215,16 @@ def _list(argv: list[str], ctx: Context) -> int:
     if p is None:
         return 0
     dirs = p.strings("spec-dir") or list(ctx.hook_config().runtime.modes_cdi_spec_dirs)
+    from nvhook.cdi.check import spec_files
+
     names: set[str] = set()
-    for directory in dirs:
-        for path in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
-            if not path.endswith((".json", ".yaml", ".yml")):
-                continue
-            try:
-                spec = read_any_spec(os.path.join(directory, path))
-            except CliError as err:
-                ctx.log.warning(str(err))
-                continue
-            names.update(f"{spec['kind']}={d['name']}" for d in spec["devices"])
+    for path in spec_files(dirs, kind=None):  # root's specs only (nvmount.fs.trusted)
+        try:
+            spec = read_any_spec(path)
+        except CliError as err:
+            ctx.log.warning(str(err))
+            continue
+        names.update(f"{spec['kind']}={d['name']}" for d in spec["devices"])
     ctx.log.info(f"Found {len(names)} CDI devices")
     for name in sorted(names):
         print(name)
@@ -233,41 +232,26 @@ def _list(argv: list[str], ctx: Context) -> int:
 
 
 def read_any_spec(path: str) -> dict[str, Any]:
-    """A CDI spec file of any tool (YAML or JSON), checked to have a kind and named devices."""
-    from nvhook.cdi.check import MAX_SPEC_BYTES
+    """A CDI spec file of any tool (YAML or JSON), read and checked as nvhook reads every spec
+    (`nvhook.cdi.check.read_spec`: a trusted regular file, PyYAML, every field checked)."""
+    from nvhook.cdi.check import read_spec
+    from nvhook.errors import CdiError
 
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_SPEC_BYTES + 1)
-    except OSError as err:
-        raise CliError(f"read CDI spec {path}: {err.strerror}") from err
-    if len(data) > MAX_SPEC_BYTES:
-        raise CliError(f"read CDI spec {path}: larger than 16 MiB")
-    spec = _load_yaml(data, path)
-    devices = spec.get("devices") if isinstance(spec, dict) else None
-    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str) or \
-            not isinstance(devices, list) or not all(
-                isinstance(d, dict) and isinstance(d.get("name"), str) for d in devices):
-        raise CliError(f"read CDI spec {path}: not a CDI spec (kind and named devices)")
-    return spec
+        return read_spec(path)
+    except CdiError as err:
+        raise CliError(str(err)) from err
 
 
-def _load_yaml(data: bytes, path: str) -> Any:
-    """YAML 1.1 as the CDI library reads it (PyYAML, Debian's python3-yaml); JSON is YAML."""
+def _parse_spec(data: bytes, where: str) -> dict[str, Any]:
+    """A CDI spec document from bytes (stdin), checked as `read_any_spec` checks a file."""
+    from nvhook.cdi.document import check_spec, parse_document
+    from nvhook.errors import CdiError
+
     try:
-        import yaml
-    except ImportError:  # pragma: no cover - PyYAML is a dependency of the package
-        from nvhook.cdi.check import read_spec
-
-        try:
-            return read_spec(path)
-        except Exception as err:
-            raise CliError(str(err)) from err
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        return yaml.load(data, Loader=loader)
-    except yaml.YAMLError as err:
-        raise CliError(f"read CDI spec {path}: {str(err).splitlines()[0]}") from err
+        return check_spec(parse_document(data, where), where)
+    except CdiError as err:
+        raise CliError(str(err)) from err
 
 
 # -- transform root --------------------------------------------------------------------------
@@ -287,8 +271,8 @@ def _transform(argv: list[str], ctx: Context) -> int:
         raise CliError(f"invalid --relative-to value: {relative} (host | container)")
     source = p.string("input")
     if source in ("", "-"):
-        spec = _load_yaml(sys.stdin.buffer.read(16 << 20) if ctx.stdin is None else ctx.stdin,
-                          "stdin")
+        spec = _parse_spec(sys.stdin.buffer.read(16 << 20) if ctx.stdin is None else ctx.stdin,
+                           "stdin")
     else:
         spec = read_any_spec(source)
     transform_root(spec, p.string("from"), p.string("to"), relative)

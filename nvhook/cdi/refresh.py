@@ -1,0 +1,91 @@
+"""`nvhook cdi refresh --output PATH`: what the refresh units run (boot, a driver install or
+upgrade, a module load or unload, a GPU bound or unbound, and every minute for MIG changes).
+
+1. Wait for the driver (at most `--wait` seconds): /proc/driver/nvidia exists and discovery
+   (NVML) succeeds; a spec made before the driver is ready would name nothing.
+2. No spec at PATH: generate one (the given options).
+3. Our spec at PATH: when the driver's state (`nvhook.cdi.stamp.driver_state`: version,
+   majors, GPUs, MIG instances) and the files it names are unchanged, nothing more is done
+   (no NVML: the periodic run costs a few stats); otherwise it is regenerated with the
+   options and config it records, and rewritten atomically when it differs.
+4. Any other file at PATH (another tool's spec, or one that does not read): left alone, a
+   one-line error.
+
+Effects: discovery, reads and writes PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from nvhook.errors import CdiError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nvhook.config.model import HookConfig
+
+RETRY_SECONDS = 2.0
+
+
+def when_ready(make: Callable[[], Any], proc_root: str, wait: float,
+               sleep: Callable[[float], None] = time.sleep) -> Any:
+    """`make()` once the driver is ready: retried while /proc/driver/nvidia is missing or
+    discovery fails, for at most `wait` seconds (then the last error, in one line)."""
+    from nvmount.errors import NvmountError
+
+    tries = 1 + int(wait // RETRY_SECONDS)
+    for attempt in range(tries):
+        try:
+            if not os.path.isdir(os.path.join(proc_root, "driver/nvidia")):
+                raise CdiError(f"the NVIDIA driver is not loaded ({proc_root}/driver/nvidia "
+                               "is missing)")
+            return make()
+        except (CdiError, NvmountError) as err:
+            if attempt == tries - 1:
+                raise CdiError(f"cdi refresh: {err} (waited {wait:g} s for the driver)") from err
+        sleep(RETRY_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def unchanged(spec: dict[str, Any], proc_root: str) -> bool:
+    """Our spec's recorded driver state and file digest still hold (no NVML)."""
+    from nvhook.cdi import spec as S
+    from nvhook.cdi.stamp import driver_state, parse_stamp, paths_digest
+
+    stamp = parse_stamp(S.spec_stamp(spec) or "")
+    return (stamp.get("state") == driver_state(proc_root)
+            and stamp.get("digest") == paths_digest(S.named_paths(spec)))
+
+
+def refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
+            render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
+    """Bring the spec at `output` up to date; what was done, for the log."""
+    from nvhook.cdi.check import author, differences, read_spec, recorded_config, regenerate
+    from nvhook.cdi.generate import write_atomically
+
+    proc_root = config.nvhook.proc_root or "/proc"
+    if not os.path.lexists(output):
+        spec = when_ready(lambda: generate(config), proc_root, wait)
+        write_atomically(output, render(spec))
+        return f"{output}: written ({len(spec['devices'])} devices)"
+    old = read_spec(output)
+    if author(old) != "nvhook":
+        raise CdiError(f"cdi refresh: {output} was written by {author(old)}, not nvhook: left "
+                       "as it is (regenerate it with that tool, or use another --output)")
+    if unchanged(old, proc_root):
+        return f"{output}: current (driver state unchanged)"
+    recorded = recorded_config(old)
+    if recorded and recorded != config.path:
+        from nvhook.config.load import load_config
+
+        config = load_config(recorded, {})
+    new = when_ready(lambda: regenerate(old, config), proc_root, wait)
+    why = differences(old, new)
+    if not why:
+        return f"{output}: current"
+    write_atomically(output, render(new))
+    return f"{output}: refreshed ({'; '.join(why)})"
