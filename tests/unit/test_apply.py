@@ -44,8 +44,15 @@ OWNER = (1234, 4321)
 
 
 def mountinfo() -> list[str]:
+    """The mount table's lines that could be ours (`relevant_mount_marks`: the session's temp
+    dir, driver paths): a daemon on the host that removes a mount point takes that mount out of
+    this private namespace's copy too (the kernel detaches it), which is no change of ours."""
+    from tests.fixtures.containers import relevant_mount_marks
+
+    marks = relevant_mount_marks()
     with open("/proc/self/mountinfo") as f:
-        return sorted(" ".join(line.split()[1:]) for line in f.read().splitlines())
+        return sorted(" ".join(line.split()[1:]) for line in f.read().splitlines()
+                      if any(m in line for m in marks))
 
 
 def listing(top: str) -> list[tuple[str, int, int, int]]:
