@@ -124,6 +124,11 @@ def compat_mode(config: HookConfig) -> str:
     return "mount" if config.features.allow_cuda_compat_libs_from_container else "disabled"
 
 
+# plan entries a read-only target in the image may skip with a warning (EngineOptions.optional):
+# the application profile and the graphics links; none of them is needed to run CUDA
+OPTIONAL_ENTRIES = frozenset(("application profiles", "graphics link", "dri link"))
+
+
 def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
                    limit_privileges: bool = False, delivered: Delivered | None = None,
                    cli_flags: dict[str, str | bool] | None = None) -> EngineOptions:
@@ -156,6 +161,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
         sim_procfs=config.nvhook.sim_procfs,
         delivered=delivered,
         csv_spec_dir=config.runtime.modes_csv_mount_spec_path if csv_mode(config) else "",
+        optional=OPTIONAL_ENTRIES,
     )
 
 

@@ -244,4 +244,12 @@ HOOK: tuple[tuple[str, str, str], ...] = (
         "what a container gets is what matters, and NVML is the slow part (seconds per GPU "
         "without persistence mode)",
     ),
+    (
+        "Optional targets",
+        "the application profile (graphics, display) and the graphics links (gbm, GLX, "
+        "/dev/dri/by-path) on a read-only target in the image are skipped with a warning and "
+        "the container starts",
+        "none of them is needed to run CUDA; NVIDIA's update-application-profile hook aborts "
+        "every container when /etc/nvidia is read-only (1.20.0, its issue #2026)",
+    ),
 )

@@ -4,6 +4,8 @@ past the device cgroup, the GBM and GLX links point where NVIDIA's toolkit point
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.fixtures.containers import GpuRig
@@ -57,3 +59,23 @@ def test_compute_only_gets_no_graphics(gpu_rig: GpuRig) -> None:
         "ls /dev/dri 2>&1; ls /etc/vulkan 2>&1; echo done",
         env=("NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")).stdout
     assert "card" not in out and "icd.d" not in out and out.endswith("done\n")
+
+
+def test_read_only_optional_targets_are_warnings(gpu_rig: GpuRig, tmp_path: Path) -> None:
+    """The legacy hook never fails a container over an optional file, as the CDI hook does:
+    /etc/nvidia (the application profile: NVIDIA 1.20 aborts every container there, its
+    issue #2026) and the gbm directory (a graphics link) are read-only in the image."""
+    targets = ("/etc/nvidia", "/usr/lib/x86_64-linux-gnu/gbm")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    def read_only(spec: dict[str, object]) -> None:
+        mounts = spec["mounts"]
+        assert isinstance(mounts, list)
+        mounts += [{"destination": d, "type": "bind", "source": str(empty),
+                    "options": ["rbind", "ro"]} for d in targets]
+
+    env = ("NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display,compute")
+    result = gpu_rig.containers.sh("ls /dev/nvidia1 && find " + " ".join(targets), env=env,
+                                   edit_spec=read_only)
+    assert result.stdout.split() == ["/dev/nvidia1", *targets]
