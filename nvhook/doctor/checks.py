@@ -113,7 +113,8 @@ def proc_majors(proc_root: str) -> dict[str, int]:
 def check_devices(inv: DriverInventory, proc_root: str) -> list[Finding]:
     """The control nodes and GPU nodes: present, and of the majors the kernel gives them."""
     majors = proc_majors(proc_root)
-    majors.setdefault("nvidia-frontend", majors.get("nvidia", 195))
+    if "nvidia" in majors:  # never a guessed major: only what the kernel lists
+        majors.setdefault("nvidia-frontend", majors["nvidia"])
     ctl = next(n for n in inv.control_nodes if n.container_path == "/dev/nvidiactl")
     dev = os.path.dirname(ctl.host_path)
     findings = [_node_finding(os.path.join(dev, name), name, major_name, majors.get(major_name),
