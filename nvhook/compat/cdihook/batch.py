@@ -103,26 +103,34 @@ def group_after(entries: Any, program: str, argv: list[str], start: int, parse: 
     return later
 
 
-def _in_create_stage(run: HookRun, parsed: Parsed) -> tuple[str, list[Any]] | None:
-    """(container key, createContainer entries) when this hook runs at createContainer, in
-    the container's namespaces, before pivot_root; else None."""
+def _group(run: HookRun, parsed: Parsed, parse: Parse) -> tuple[str, list[Member]] | None:
+    """(container key, the later members) when this hook leads a group at createContainer,
+    in the container's namespaces, before pivot_root; else None."""
+    from nvhook.errors import NvhookError
     from nvhook.oci import field
+    from nvmount.errors import NvmountError
 
-    target = run.target(parsed)
+    try:
+        target = run.target(parsed)
+    except (NvhookError, NvmountError, OSError):
+        return None  # the hook's own work says what is wrong, where it needs the container
     doc = target.config
     if not target.in_container or target.ns_rootfs == "/" or not isinstance(doc, dict):
         return None
     hooks = field(doc, "hooks")
-    if not isinstance(hooks, dict):
+    if not isinstance(hooks, dict) or run.program is None:
         return None
     create, later = field(hooks, "createContainer"), field(hooks, "startContainer")
     if isinstance(later, list) and any((c := _call(e)) is not None and c[:2] == (
             run.program, run.argv) for e in later[:MAX_HOOKS]):
         return None
+    members = group_after(create, run.program, run.argv, run.start, parse)
+    if not members:
+        return None
     key = container_key()
     if key is None or _ns_pid(int(key.split("-")[0])) != target.state_pid:
         return None
-    return key, create if isinstance(create, list) else []
+    return key, members
 
 
 def _ns_pid(pid: int) -> int | None:
@@ -229,12 +237,12 @@ def run_group(run: HookRun, function: str, parsed: Parsed, parse: Parse) -> None
     later: list[Member] = []
     record = None
     if run.program is not None and "container-spec" not in parsed.given:
-        where = _in_create_stage(run, parsed)
-        if where is not None:
-            later = group_after(where[1], run.program, run.argv, run.start, parse)
-            entries = [call_lines(run.program, argv) or b"" for argv, _, _ in later]
-            record = Record.reserve(where[0], entries) if later else None
-            later = later if record is not None else []
+        found = _group(run, parsed, parse)
+        if found is not None:
+            key, members = found
+            record = Record.reserve(key, [call_lines(run.program, argv) or b""
+                                          for argv, _, _ in members])
+            later = members if record is not None else []
     try:
         getattr(hooks, function)(run, parsed)
         for argv, name, flags in later:

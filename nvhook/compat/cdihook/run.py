@@ -71,7 +71,7 @@ class HookRun:
                 from nvhook.oci import read_state as read_fd
 
                 self.stdin = read_fd(0)  # kept: a second look gets the same bytes
-            target = locate(read_state(spec, self.stdin), self.cwd, self.libc)
+            target = locate(read_state(spec, self.stdin), self.cwd, lambda: self.libc)
             self._targets[source] = target
         return target
 

@@ -90,8 +90,9 @@ def read_state(container_spec: str, stdin: bytes | None) -> bytes:
         os.close(fd)
 
 
-def locate(state_bytes: bytes, cwd: str | None, libc: Libc) -> Target:
-    """The target container of the state (see the module doc)."""
+def locate(state_bytes: bytes, cwd: str | None, libc: Callable[[], Libc]) -> Target:
+    """The target container of the state (see the module doc); `libc()` (ctypes: loaded
+    only when needed) opens a container outside this process's namespaces."""
     from nvhook.oci import load_state
 
     state = load_state(state_bytes)
@@ -106,7 +107,7 @@ def locate(state_bytes: bytes, cwd: str | None, libc: Libc) -> Target:
                       state_pid=state.pid, config=doc)
     from nvmount.container.open import open_container
 
-    with open_container(state.pid, rootfs, no_cgroups=True, libc=libc) as handle:
+    with open_container(state.pid, rootfs, no_cgroups=True, libc=libc()) as handle:
         return Target(rootfs, handle.ns_rootfs, os.dup(handle.mntns_fd), False,
                       (handle.uid, handle.gid), state.pid, state_pid=state.pid, config=doc)
 
