@@ -94,27 +94,35 @@ def front(kind: str = "cdihook") -> str:
                   xoption="x")
 
 
-def run_front(text: str, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+# /bin/sh is dash on Debian, bash on RHEL; busybox's in small images and tests
+SHELLS = [s for s in (["/bin/sh"], ["/bin/bash", "--posix"], ["/bin/busybox", "sh"])
+          if Path(s[0]).exists()]
+
+
+def run_front(text: str, script: str, *args: str, shell: tuple[str, ...] = ("/bin/sh",)
+              ) -> subprocess.CompletedProcess[str]:
     """`script` after the front's functions (its last lines, which act, cut off)."""
     functions = text[:text.index("if nvhook_done")]
-    return subprocess.run(["/bin/sh", "-c", functions + script, "launcher", *args],
+    return subprocess.run([*shell, "-c", functions + script, "launcher", *args],
                           capture_output=True, text=True, timeout=30, check=False)
 
 
-WORDS = ["create-symlinks", "--link", "a b::/x y", "", "back\\slash\\n", "*", "-", "$HOME"]
+WORDS = ["create-symlinks", "--link", "a b::/x y", "", "back\\slash\\n", "*", "-", "$HOME",
+         "-e", "-n"]
 
 
-def test_the_front_compares_every_word_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shell", SHELLS, ids=[s[0] for s in SHELLS])
+def test_the_front_compares_every_word_exactly(tmp_path: Path, shell: list[str]) -> None:
     record = tmp_path / "entry"
     record.write_bytes(call_lines("/usr/bin/nvidia-cdi-hook", WORDS) or b"")
     script = 'nvhook_same "$@" && echo same || echo other'
     text = front()
-    assert run_front(text, script, str(record), "/usr/bin/nvidia-cdi-hook", *WORDS).stdout \
-        == "same\n"
+    assert run_front(text, script, str(record), "/usr/bin/nvidia-cdi-hook", *WORDS,
+                     shell=tuple(shell)).stdout == "same\n"
     for other in (WORDS[:-1], [*WORDS, ""], [*WORDS[:2], "a  b::/x y", *WORDS[3:]],
                   [*WORDS[:4], "back\\slash\\m", *WORDS[5:]]):
-        assert run_front(text, script, str(record), "/usr/bin/nvidia-cdi-hook",
-                         *other).stdout == "other\n", other
+        assert run_front(text, script, str(record), "/usr/bin/nvidia-cdi-hook", *other,
+                         shell=tuple(shell)).stdout == "other\n", other
     assert call_lines("/p", ["a\nb"]) is None  # a word the front cannot compare: no entry
 
 

@@ -77,29 +77,28 @@ def group_after(entries: Any, program: str, argv: list[str], start: int, parse: 
         return []
     calls = [_call(e) for e in entries]
     mine = [i for i, c in enumerate(calls) if c is not None and c[:2] == (program, argv)]
-    if len(mine) != 1 or calls[mine[0]][3]:  # type: ignore[index]
+    own = calls[mine[0]] if len(mine) == 1 else None
+    if own is None or own[3]:
         return []
-    env = calls[mine[0]][2]  # type: ignore[index]
-
-    def member(i: int) -> tuple[str, Parsed] | None:
-        c = calls[i]
-        if c is None or c[0] != program or c[2] != env or c[3] or c[1][:start] != \
-                argv[:start] or len(c[1]) <= start or call_lines(program, c[1]) is None:
+    def member(c: tuple[str, list[str], object, bool] | None) -> tuple[str, Parsed] | None:
+        if c is None or c[0] != program or c[2] != own[2] or c[3] or \
+                c[1][:start] != argv[:start] or len(c[1]) <= start or \
+                call_lines(program, c[1]) is None:
             return None
         return parse(c[1][start:])
 
     before = mine[0] - 1
-    while before >= 0 and (found := member(before)) is not None and not found[0]:
+    while before >= 0 and (found := member(calls[before])) is not None and not found[0]:
         before -= 1  # a noop: passed over
-    if before >= 0 and member(before) is not None:
+    if before >= 0 and member(calls[before]) is not None:
         return []  # a hook of the same group comes first: it leads
     later: list[Member] = []
-    for i in range(mine[0] + 1, len(calls)):
-        found = member(i)
-        if found is None:
+    for c in calls[mine[0] + 1:]:
+        found = member(c)
+        if found is None or c is None:
             break
         if found[0]:
-            later.append((calls[i][1], found[0], found[1]))  # type: ignore[index]
+            later.append((c[1], found[0], found[1]))
     return later
 
 
