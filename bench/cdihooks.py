@@ -111,7 +111,8 @@ def nvidia_spec(sim_root: Path) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, work: Path, jit_cdi: bool, libs: int, sim_procfs: bool) -> None:
+    def __init__(self, work: Path, jit_cdi: bool, libs: int, sim_procfs: bool,
+                 baseline: Path | None = None) -> None:
         from nvhook.sim import SimSpec, create_sim_root
 
         self.work, self.jit_cdi = work, jit_cdi
@@ -135,6 +136,13 @@ class Bench:
         ldconfig = (config.replace("[nvhook]\n", '[nvhook]\nldcache = "ldconfig"\n')
                     if "[nvhook]\n" in config else config + '\n[nvhook]\nldcache = "ldconfig"\n')
         self.ldconfig_prefix = self.install(work / "bin-ldconfig", ldconfig, shwrap)
+        self.baseline = None
+        if baseline is not None:  # another nvhook's source tree (e.g. `git archive main`)
+            self.baseline = work / "bin-baseline"
+            flags = ["--config", str(work / "bin.toml")] if config else []
+            subprocess.run([sys.executable, "-m", "nvhook", *flags, "install", "--python",
+                            launcher_python(), "--prefix", str(self.baseline)],
+                           capture_output=True, check=True, cwd=baseline)
         self.spec = nvidia_spec(Path(self.sim.path))
         self.runc = Runc()
         self.count = 0
@@ -202,6 +210,11 @@ class Bench:
         if stack == "nvidia":
             return {"path": str(self.wrapper), "args": ["hookwrap", str(PEER_HOOK), *args],
                     "env": env}
+        if stack == "baseline" and self.baseline is not None:
+            name = "nvidia-ctk" if self.jit_cdi else "nvidia-cdi-hook"
+            words = ["hook", *args[1:]] if self.jit_cdi else args[1:]
+            return {"path": str(self.wrapper), "args": [
+                "hookwrap", str(self.baseline / name), name, *words], "env": env}
         if self.jit_cdi:
             return {"path": str(prefix / "nvidia-ctk"),
                     "args": ["nvidia-ctk", "hook", *args[1:]], "env": env}
@@ -269,6 +282,7 @@ def _by_index(res: dict[str, list[float]]) -> dict[int, tuple[str, list[float], 
 
 
 COLUMNS = (("floor", "python3 -IS floor"), ("nvidia", "NVIDIA 1.20.0"),
+           ("baseline", "nvhook before (--baseline)"),
            ("solo-ldconfig", "nvhook, each hook alone, ldconfig"),
            ("solo", "nvhook, each hook alone, cache writer"), ("nvhook", "nvhook"))
 
@@ -312,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="nvhook's hooks as `nvidia-ctk hook ...` (1.20's jit-cdi form)")
     parser.add_argument("--libs", type=int, default=0, help="extra libraries in the image")
     parser.add_argument("--only", choices=("nvhook",), help="skip NVIDIA's series")
+    parser.add_argument("--baseline", type=Path,
+                        help="also the hooks of the nvhook source tree at this path")
     parser.add_argument("--levers", action="store_true",
                         help="also nvhook with each hook alone (no group), with the cache "
                         "writer and with the sandboxed ldconfig")
@@ -327,11 +343,13 @@ def main(argv: list[str] | None = None) -> int:
         else ["none", "floor", "nvidia", "nvhook"]
     if args.levers:
         stacks[-1:-1] = ["solo-ldconfig", "solo"]
+    if args.baseline:
+        stacks[-1:-1] = ["baseline"]
     work = Path(tempfile.mkdtemp(prefix="nvcdib-"))
     os.chmod(work, 0o755)
     load0 = os.getloadavg()[0]
     try:
-        bench = Bench(work, args.jit_cdi, args.libs, args.sim_procfs)
+        bench = Bench(work, args.jit_cdi, args.libs, args.sim_procfs, args.baseline)
         results: dict[str, dict[str, list[float]]] = {s: {} for s in stacks}
         for r in range(args.runs + 1):
             for stack in stacks:
