@@ -12,6 +12,10 @@ dependencies were found in at install time to `sys.path`, after the standard lib
     ctk      nvidia-ctk                                           nvhook.compat.nvctk.cmd.main
     cdihook  nvidia-cdi-hook                                      nvhook.compat.cdihook.cmd.main
 
+`ctk` and `cdihook` are POSIX sh fronts (`nvhook.compat.cdihook.launcher`) that answer
+`noop` and the hooks whose work the first hook of their group did without starting Python;
+the Python launcher, as below, is kept at the end of the same file and run by them.
+
 `hook`, `cli`, `ctk` and `cdihook` run as host root, the last two often on behalf of a
 container (a CDI spec's createContainer hooks, which runc < 1.3 hands the container's
 environment when the spec gives none; containerd's `oci-hook` runs the CLI with ctr's
@@ -55,7 +59,7 @@ if "{xoption}" not in sys._xoptions and any(
     os.execve(
         sys.executable,
         [sys.executable, "-X", "{xoption}",
-         *(sys.orig_argv[1:] if hasattr(sys, "orig_argv") else ["-IS", *sys.argv])],
+         *(sys.orig_argv[1:] if hasattr(sys, "orig_argv") else {argv})],
         {{k: v for k, v in os.environ.items() if not (k.startswith(b"LD_") or k in _LOADER)}},
     )
 try:
@@ -75,7 +79,7 @@ _GUARD = '''try:
 except ImportError as _err:
     sys.stderr.write("%s: cannot import nvhook (%s) from %s: the installation moved or is gone "
                      "(re-run `nvhook install`, or reinstall the nvhook package)\\n"
-                     % (sys.argv[0], _err, {paths!r}))
+                     % ({prog}, _err, {paths!r}))
     sys.stderr.flush()
     os._exit(127)
 '''
@@ -95,20 +99,33 @@ _ENTRY = {
             + _FAST_EXIT.format(args="cwd=_cwd, stdin=_stdin"),
     "cli": "from nvhook.compat.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
     "runtime": "from nvhook.runtime.wrapper import main\n\nsys.exit(main())\n",
-    "ctk": "from nvhook.compat.nvctk.cmd import main\n\n"
-           + _FAST_EXIT.format(args="sys.argv[1:], cwd=_cwd"),
+    # run by the sh front (nvhook.compat.cdihook.launcher): argv[1] is the launcher's path
+    "ctk": "import gc\n\ngc.disable()\nfrom nvhook.compat.nvctk.cmd import main\n\n"
+           + _FAST_EXIT.format(args="sys.argv[2:], cwd=_cwd, program=sys.argv[1]"),
     "cdihook": "import gc\n\ngc.disable()\nfrom nvhook.compat.cdihook.cmd import main\n\n"
-               + _FAST_EXIT.format(args="sys.argv[1:], cwd=_cwd"),
+               + _FAST_EXIT.format(args="sys.argv[2:], cwd=_cwd, program=sys.argv[1]"),
 }
+_FRONTED = ("ctk", "cdihook")  # Python behind a POSIX sh front
+_ARGV = {False: '["-IS", *sys.argv]',  # Python 3.9 has no sys.orig_argv
+         True: 'open("/proc/self/cmdline", "rb").read().split(b"\\0")[1:-1]'}
 
 
 def render(kind: str, python: str, paths: list[str], *, version: str,
            loader: tuple[str, ...], xoption: str, config: str | None = None) -> str:
     """The launcher text of `kind` for interpreter `python` importing from `paths`."""
+    fronted = kind in _FRONTED
     text = _HEAD.format(python=python, marker=MARKER, kind=kind, version=version)
     if kind != "runtime":
-        text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption)
+        text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption,
+                                argv=_ARGV[fronted])
     if config:
         text += _CONFIG.format(env=CONFIG_ENV.encode(), config=config.encode())
-    text += f"sys.path.extend({paths!r})\n" + _GUARD.format(paths=", ".join(paths))
-    return text + _ENTRY[kind]
+    text += f"sys.path.extend({paths!r})\n" + _GUARD.format(
+        paths=", ".join(paths), prog=f"sys.argv[{int(fronted)}]")
+    text += _ENTRY[kind]
+    if not fronted:
+        return text
+    from nvhook.compat.cdihook.launcher import render as render_front
+
+    return render_front(kind, python, text, f"{paths[0]}/nvhook/__init__.py", marker=MARKER,
+                        version=version)

@@ -123,11 +123,28 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
     (
         "nvidia-cdi-hook: disable-device-node-modification and update-ldcache",
         "the read-only params copy is bound from a detached tmpfs (new mount API): nothing is "
-        "created in the container; update-ldcache runs the sandboxed host ldconfig with the "
-        "image's 00-compat-*.conf directories first and the folders, and writes no "
-        "00-nvcr-*/zz-nvcr-* files into the image",
+        "created in the container; update-ldcache writes the container's ld.so.cache itself "
+        "(`[nvhook] ldcache = \"write\"`): ldconfig's entries for what the runtime mounted in "
+        "the folders and the links to it, in front of the image's own entries, which stay as "
+        "its cache lists them (a missing SONAME link is made, as ldconfig makes it); where the "
+        "writer cannot say exactly what ldconfig would (an image 00-compat-*.conf, a mount "
+        "under glibc-hwcaps, an unusual library or cache) it runs the sandboxed host ldconfig "
+        "with the image's 00-compat-*.conf directories first and the folders; no "
+        "00-nvcr-*/zz-nvcr-* files are written into the image",
         "NVIDIA makes a scratch directory and a tmpfs inside the container's root and leaves "
-        "them there; the compat-first order is the precedence NVIDIA's file names give",
+        "them there, and its ldconfig reads every library directory of the image at every "
+        "start; the compat-first order is the precedence NVIDIA's file names give",
+    ),
+    (
+        "nvidia-cdi-hook: one process for a run of hooks",
+        "the first of consecutive createContainer hooks of the same drop-in (same environment "
+        "and global flags, no timeout, the state on stdin) does their work, in their order, "
+        "before pivot_root; the others find root's record of it (/run/nvhook/cdi-hooks, named "
+        "by the container's first process and its start time) and exit at once; an error in "
+        "any of that work fails the first hook",
+        "each hook is a Python interpreter here (about 10 ms of CPU before any work): six cost "
+        "4x NVIDIA's Go hooks; the container gets byte for byte the same (tested), but the "
+        "runtime's error names the first hook rather than the one whose work failed",
     ),
     (
         "nvidia-ctk cdi generate",

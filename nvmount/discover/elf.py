@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
 
 from nvmount.records import record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    Reader = Callable[[int, int], bytes]  # (offset, size) -> at most size bytes
 
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS32, ELFCLASS64 = 1, 2
@@ -74,9 +79,6 @@ def _layout(ident: bytes) -> _Layout:
     if elf_class == ELFCLASS32:
         return _Layout(fmt, elf_class, struct.Struct(fmt + "IIIIIIII"), struct.Struct(fmt + "iI"))
     raise ElfFormatError(f"unknown ELF class {elf_class}")
-
-
-Reader = Callable[[int, int], bytes]  # (offset, size) -> at most size bytes
 
 
 def _read_exact(read: Reader, offset: int, size: int, what: str) -> bytes:

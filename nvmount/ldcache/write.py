@@ -66,6 +66,14 @@ def update_ldcache(root: Root, procfs: ProcFs, plan: MountPlan, owner: tuple[int
         raise Fallback(f"the CUDA compat directory {plan.ldconfig_dirs[0]} goes first")
     arches = MACHINE_ARCHES.get(machine or os.uname().machine)
     new = image.entries_for(plan.ldcache_entries, arches) if arches else ()
+    return write_entries(root, procfs, new, owner, journal, libc)
+
+
+def write_entries(root: Root, procfs: ProcFs, new: tuple[image.CacheEntry, ...],
+                  owner: tuple[int, int], journal: Journal, libc: Libc) -> str:
+    """Steps 2-4 for entries `new` (in the order ldconfig would add them): what was done.
+    Raises Fallback or LdcacheError (also used by NVIDIA's update-ldcache hook,
+    `nvhook.compat.cdihook.ldcache`)."""
     if not new:
         return "unchanged: no libraries"
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import _prctl  # type: ignore[import-not-found]
@@ -85,3 +86,46 @@ def test_gpu_container_start_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tm
     assert "nvmount.discover.nvml_worker" not in modules  # the inventory came from the cache
     assert "nvmount.ldcache.sandbox" not in modules  # the cache was written, not ldconfig run
     assert not dataclasses
+
+
+PYTHON_PROBE = """#!/bin/sh
+# the interpreter of the probed launchers: python3 -X importtime, its report appended to a file
+echo python >>"${PROBE_OUT:-/dev/null}"
+exec /usr/bin/python3 -X importtime "$@" 2>>"${PROBE_OUT:-/dev/null}"
+"""
+
+
+def test_nvidias_hooks_load_little(gpu_rig: GpuRig, tmp_path: Path) -> None:
+    """The six createContainer hooks of NVIDIA 1.20's spec through nvhook's nvidia-cdi-hook
+    launcher: the first, which does the others' work, loads none of the heavy modules; the
+    others are answered by the launcher's sh front, without starting Python."""
+    from tests.e2e.test_nvidia_hooks import run_session, spec_setup
+    from tests.fixtures.nvidia_specs import spec_for
+
+    python = tmp_path / "python"
+    python.write_text(PYTHON_PROBE)
+    python.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "nvhook", "install", "--print", "cdihook",
+                           "--python", str(python)], capture_output=True, text=True,
+                          timeout=60, check=True, cwd=REPO)
+    launcher = tmp_path / "nvidia-cdi-hook"
+    launcher.write_text(proc.stdout)
+    launcher.chmod(0o755)
+    spec = spec_for("1.20.0", gpu_rig.sim.path)
+    words = [h["args"][1:] for h in spec["containerEdits"]["hooks"]]
+
+    def listed(doc: dict[str, object]) -> None:
+        doc["hooks"] = {"createContainer": [{"path": str(launcher), "args": ["x", *w]}
+                                            for w in words]}
+
+    bundle = gpu_rig.baseline.bundle(["/bin/true"], edit_spec=listed)
+    out = tmp_path / "probe.txt"
+    proc = run_session(bundle, [[str(launcher), *w] for w in words],
+                       spec_setup(bundle / "rootfs", spec, 0), {"PROBE_OUT": str(out)})
+    assert proc.returncode == 0, proc.stderr
+    report = out.read_text().splitlines()
+    assert report.count("python") == 1, report  # the first hook only
+    modules = {line.split("|")[-1].strip() for line in report if line.startswith("import time:")}
+    assert "nvhook.compat.cdihook.batch" in modules
+    assert not modules & FORBIDDEN, sorted(modules & FORBIDDEN)
+    assert "nvmount.ldcache.sandbox" not in modules  # the cache was written, not ldconfig run

@@ -390,3 +390,150 @@ print(" ".join(sorted(sys.modules)))
     assert proc.returncode == 0, proc.stderr
     assert set(proc.stdout.split()) & FORBIDDEN == set()
     assert (bundle / "rootfs/usr/lib/b").is_symlink()
+
+
+# -- one hook does its group's work; the ld.so.cache written, not ldconfig'd ------------------
+SESSION = """set -e
+mount -t proc proc {rootfs}/proc
+{setup}
+echo "pid $$" >&2
+"""
+
+
+def spec_setup(rootfs: Path, spec: dict[str, Any], minor: int) -> str:
+    """Shell lines that do what a runtime does for NVIDIA's spec: its mounts (bind, ro) and
+    one GPU's device node."""
+    lines = [f"mount -t tmpfs tmpfs {rootfs}/dev", f"mknod {rootfs}/dev/nvidia{minor} c 195 "
+             f"{minor}"]
+    for m in spec["containerEdits"].get("mounts") or ():
+        target = shlex.quote(str(rootfs) + m["containerPath"])
+        lines += [f"mkdir -p $(dirname {target}) && touch {target}",
+                  f"mount --bind -o ro {shlex.quote(m['hostPath'])} {target}"]
+    return "\n".join(lines)
+
+
+def run_session(bundle: Path, calls: list[list[str]], setup: str, env: dict[str, str]
+                ) -> subprocess.CompletedProcess[str]:
+    """`calls` one after the other, as runc runs a container's createContainer hooks: children
+    of the "container init" (the shell, whose pid the state names) in its mount namespace."""
+    state = ('{"ociVersion": "1.0.2", "id": "x", "status": "creating", "pid": \'$$\', '
+             f'"bundle": "{bundle}"}}')
+    script = SESSION.format(rootfs=bundle / "rootfs", setup=setup) + "".join(
+        f"echo '{state}' | {shlex.join(call)}\n" for call in calls)
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env})
+
+
+def tree(root: Path) -> dict[str, str]:
+    """What a rootfs holds: every entry's kind and its link text or content digest."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = "-> " + os.readlink(path)
+        elif path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        else:
+            out[rel] = "dir" if path.is_dir() else "other"
+    return out
+
+
+def cache_entries(rootfs: Path) -> list[tuple[str, str, int]]:
+    """The container's ld.so.cache entries, in the file's (the loader's) order."""
+    from nvmount.discover.ldcache import parse_ldcache
+
+    path = rootfs / "etc/ld.so.cache"
+    return [(e.key, e.value, e.flags) for e in parse_ldcache(path.read_bytes(), str(path))]
+
+
+def spec_bundle(base: Path, rig: ClientRig, hooks: list[dict[str, Any]]) -> Path:
+    base.mkdir()
+    copy_rootfs(rig.rootfs, base / "rootfs")
+    (base / "config.json").write_text(json.dumps({
+        "ociVersion": "1.0.2", "root": {"path": "rootfs"},
+        "hooks": {"createContainer": hooks}}))
+    return base
+
+
+RECORDS = Path("/run/nvhook/cdi-hooks")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_one_hook_does_the_groups_work_exactly(client_rig: ClientRig, gpu_install: GpuInstall,
+                                              tmp_path: Path) -> None:
+    """NVIDIA 1.20's six hooks: listed in config.json the first does all their work and the
+    others exit at once; not listed, each does its own. The rootfs ends up byte for byte
+    the same, and no record is left."""
+    spec = spec_for("1.20.0", gpu_install.sim.path)
+    hook = str(gpu_install.prefix / "nvidia-cdi-hook")
+    calls = [[hook, *h["args"][1:]] for h in spec["containerEdits"]["hooks"]]
+    env = ["NVIDIA_CTK_DEBUG=true"]
+    listed = spec_bundle(tmp_path / "listed", client_rig,
+                         [{"path": c[0], "args": ["nvidia-cdi-hook", *c[1:]], "env": env}
+                          for c in calls])
+    alone = spec_bundle(tmp_path / "alone", client_rig, [])
+    minor = next(g.minor for g in gpu_install.sim.gpus if g.index == 2)
+    results = {}
+    for bundle in (listed, alone):
+        proc = run_session(bundle, calls, spec_setup(bundle / "rootfs", spec, minor),
+                           {"NVIDIA_CTK_DEBUG": "true"})
+        assert proc.returncode == 0, proc.stderr
+        results[bundle.name] = proc.stderr
+    assert results["listed"].count("doing the work of the next hook now") == 5
+    assert "doing the work" not in results["alone"]
+    assert tree(listed / "rootfs") == tree(alone / "rootfs")
+    pid = results["listed"].split("pid ", 1)[1].split()[0]
+    left = [p for p in RECORDS.iterdir() if p.name.lstrip(".").startswith(f"{pid}-")]
+    assert len(left) == 5 and all(p.stat().st_size == 0 for p in left)  # each one taken
+    # the driver's entries the writer added are the ones the sandboxed ldconfig adds (it also
+    # rebuilds the image's own from its directories: this image's cache names /lib paths)
+    config = tmp_path / "ldconfig.toml"
+    config.write_text(Path(gpu_install.sim.config_path).read_text().replace(
+        "[nvhook]\n", '[nvhook]\nldcache = "ldconfig"\n'))
+    sandboxed = spec_bundle(tmp_path / "sandboxed", client_rig, [])
+    proc = run_session(sandboxed, calls, spec_setup(sandboxed / "rootfs", spec, minor),
+                       {"NVIDIA_CTK_CONFIG_FILE_PATH": str(config), "NVIDIA_CTK_DEBUG": "true"})
+    assert proc.returncode == 0 and "msg=\"ldconfig for " in proc.stderr, proc.stderr
+    image = {key for key, _, _ in cache_entries(client_rig.rootfs)}
+    added = [[e for e in cache_entries(b / "rootfs") if e[0] not in image]
+             for b in (listed, sandboxed)]
+    assert added[0] == added[1] and len(added[0]) > 40
+
+
+def test_a_failing_later_hook_fails_the_first(client_rig: ClientRig, gpu_install: GpuInstall,
+                                             tmp_path: Path) -> None:
+    """The first hook does the others' work; one failing fails it, as that hook would have
+    failed the container, and nothing is recorded for the rest."""
+    hook = str(gpu_install.prefix / "nvidia-cdi-hook")
+    calls = [[hook, "create-symlinks", "--link", "libx.so.1::/usr/lib/libx.so"],
+             [hook, "create-symlinks", "--link", "x::/etc/hostname/below"]]
+    bundle = spec_bundle(tmp_path / "b", client_rig, [
+        {"path": hook, "args": ["nvidia-cdi-hook", *c[1:]]} for c in calls])
+    (bundle / "rootfs/etc/hostname").write_text("x\n")
+    proc = run_session(bundle, calls[:1], "", {})
+    assert proc.returncode == 1, proc.stderr
+    assert "failed to create link [x /etc/hostname/below]" in proc.stderr
+    assert (bundle / "rootfs/usr/lib/libx.so").is_symlink()  # its own work came first
+    pid = proc.stderr.split("pid ", 1)[1].split()[0]
+    assert not [p for p in RECORDS.iterdir() if p.name.lstrip(".").startswith(f"{pid}-")]
+
+
+def test_the_launchers_front_names_the_container_as_the_hook_does(tmp_path: Path) -> None:
+    """The sh front and `record.container_key` name the same process: the topmost one in
+    the hook's mount namespace (here the shell unshare started), whatever runs between."""
+    from nvhook.launchers import render
+
+    text = render("cdihook", "/usr/bin/python3", [str(REPO)], version="0", loader=(),
+                  xoption="x")
+    key = tmp_path / "key.sh"
+    key.write_text(text[:text.index("if nvhook_done")] + 'nvhook_key && echo "$nvhook_key"\n')
+    python = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from nvhook.compat.cdihook."
+              "record import container_key; print(container_key())")
+    script = (f'sh {key}; sh -c "sh {key}"; {shlex.quote(sys.executable)} -c '
+              f'{shlex.quote(python)}; echo "$$"')
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    first, nested, from_python, shell = proc.stdout.split()
+    assert first == nested == from_python and first.startswith(f"{shell}-"), proc.stdout

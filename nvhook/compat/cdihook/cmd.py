@@ -29,6 +29,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from nvhook.compat.urfave import Parsed
+
 NVIDIA_VERSION = "1.20.0"
 PROG = "nvidia-cdi-hook"
 _SPEC = Flag("container-spec", help="the OCI state's file ('' or '-': stdin; for testing)")
@@ -92,13 +94,27 @@ def run_hook(argv: list[str], run: HookRun, *, prog: str) -> int:
         sys.stdout.write(usage(f"{prog} {name}", summary, flags))
         return 0
     if function:
-        from nvhook.compat.cdihook import hooks
+        from nvhook.compat.cdihook.batch import run_group
 
         try:
-            getattr(hooks, function)(run, parsed)
+            run_group(run, function, parsed, lambda words: parse_hook(words, run, prog))
         finally:
             run.close()
     return 0
+
+
+def parse_hook(words: list[str], run: HookRun, prog: str) -> tuple[str, Parsed] | None:
+    """(hook function, flags) of another hook's words as this program would run them ("" for
+    noop); None for an unknown hook, flags that do not parse, or one that reads its state
+    from a file (`nvhook.compat.cdihook.batch`)."""
+    entry = HOOKS.get(words[0])
+    if entry is None:
+        return None
+    try:
+        parsed = parse(words[1:], entry[0], command=f"{prog} {words[0]}", environ=run.environ)
+    except (CliError, HelpRequested):
+        return None
+    return None if "container-spec" in parsed.given else (entry[1], parsed)
 
 
 def unknown_flag_is_fine(err: CliError, argv: list[str]) -> bool:
@@ -110,8 +126,9 @@ def unknown_flag_is_fine(err: CliError, argv: list[str]) -> bool:
 
 
 def main(argv: list[str], *, cwd: str | None = None, stdin: bytes | None = None,
-         environ: Mapping[str, str] | None = None) -> int:
-    """The nvidia-cdi-hook drop-in (the launcher passes argv[1:] and its original cwd)."""
+         environ: Mapping[str, str] | None = None, program: str | None = None) -> int:
+    """The nvidia-cdi-hook drop-in (the launcher passes argv[1:], its original cwd and its
+    own path, which `batch` looks for among the container's hooks)."""
     from nvmount.log import install
 
     env = os.environ if environ is None else environ
@@ -136,7 +153,8 @@ def main(argv: list[str], *, cwd: str | None = None, stdin: bytes | None = None,
             return 0
         log = Log(debug=g.boolean("debug"), quiet=g.boolean("quiet"))
         install(log)
-        run = HookRun(log, cwd=cwd, stdin=stdin, environ=env)
+        run = HookRun(log, cwd=cwd, stdin=stdin, environ=env, program=program, argv=argv,
+                      start=len(argv) - len(g.args))
         return guarded(lambda: run_hook(g.args, run, prog=PROG), log, g.boolean("debug"))
     finally:
         install(previous)
@@ -145,12 +163,13 @@ def main(argv: list[str], *, cwd: str | None = None, stdin: bytes | None = None,
 def guarded(action: Callable[[], int], log: Log, debug: bool) -> int:
     """Run `action`; an error becomes one logrus-style line and exit 1."""
     from nvhook.errors import NvhookError
-    from nvhook.logs import one_line
     from nvmount.errors import NvmountError
 
     try:
         return action()
     except (NvhookError, NvmountError) as err:
+        from nvhook.logs import one_line
+
         if debug:
             import traceback
 
@@ -158,10 +177,14 @@ def guarded(action: Callable[[], int], log: Log, debug: bool) -> int:
         log.error(one_line(str(err)))
         return 1
     except OSError as err:
+        from nvhook.logs import one_line
+
         log.error(one_line(f"{err.filename or ''}: {err.strerror or err}".lstrip(": ")))
         return 1
     except Exception as err:  # the one place that turns unexpected errors into exit codes
         import traceback
+
+        from nvhook.logs import one_line
 
         if debug:
             traceback.print_exc()

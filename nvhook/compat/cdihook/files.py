@@ -34,24 +34,47 @@ def symlink(root: Root, path: str, text: str, owner: tuple[int, int]) -> bool:
     """Link `path` -> `text` in the rootfs, replacing what is there (NVIDIA 1.20's
     create-symlinks); False when the same link already exists."""
     parent, name = split_leaf(path)
-    pfd, _ = root.ensure_dir(parent, 0o755, *owner)
+    pfd = parent_dir(root, parent, owner)
     try:
-        try:
-            if os.readlink(name, dir_fd=pfd) == text:
-                return False
-        except OSError:
-            pass  # missing, or not a symlink: replaced below
-        tmp = _tmp_name()
-        os.symlink(text, tmp, dir_fd=pfd)
-        try:
-            os.chown(tmp, *owner, dir_fd=pfd, follow_symlinks=False)
-            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
-        except BaseException:
-            os.unlink(tmp, dir_fd=pfd)
-            raise
-        return True
+        return _link_in(pfd, name, text, owner)
     finally:
         os.close(pfd)
+
+
+def parent_dir(root: Root, path: str, owner: tuple[int, int]) -> int:
+    """An fd on directory `path` of the rootfs: one openat2 where it exists, else walked
+    with the missing parts created as `owner` (`Root.ensure_dir`)."""
+    from nvmount.errors import PathError
+
+    try:
+        return root.open_path(path, os.O_PATH | os.O_DIRECTORY)
+    except PathError:
+        return root.ensure_dir(path, 0o755, *owner)[0]
+
+
+def _link_in(pfd: int, name: str, text: str, owner: tuple[int, int]) -> bool:
+    own = owner == (os.geteuid(), os.getegid())
+    if own:  # a new name: one symlinkat, which never follows or replaces anything
+        try:
+            os.symlink(text, name, dir_fd=pfd)
+            return True
+        except FileExistsError:
+            pass
+    try:
+        if os.readlink(name, dir_fd=pfd) == text:
+            return False
+    except OSError:
+        pass  # missing, or not a symlink: replaced below
+    tmp = _tmp_name()
+    os.symlink(text, tmp, dir_fd=pfd)
+    try:
+        if not own:
+            os.chown(tmp, *owner, dir_fd=pfd, follow_symlinks=False)
+        os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+    except BaseException:
+        os.unlink(tmp, dir_fd=pfd)
+        raise
+    return True
 
 
 def write_file(root: Root, path: str, data: bytes, mode: int, owner: tuple[int, int], *,
@@ -59,7 +82,8 @@ def write_file(root: Root, path: str, data: bytes, mode: int, owner: tuple[int, 
     """Write `path` in the rootfs: a new file renamed over the old entry (`replace`), or a
     new name only (O_EXCL: FileExistsError when taken)."""
     parent, name = split_leaf(path)
-    pfd, _ = root.ensure_dir(parent, dir_mode, *owner)
+    pfd = parent_dir(root, parent, owner) if dir_mode == 0o755 else \
+        root.ensure_dir(parent, dir_mode, *owner)[0]
     try:
         target = _tmp_name() if replace else name
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |

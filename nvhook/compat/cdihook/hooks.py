@@ -2,8 +2,9 @@
 and dispatch: `nvhook.compat.cdihook.cmd`). Stage: apply.
 
     create-symlinks --link TARGET::LINK ...   links, replacing what is there (files.symlink)
-    update-ldcache --folder DIR ...           the sandboxed host ldconfig on the container
-                                              (nvmount.ldcache), CUDA compat dirs first
+    update-ldcache --folder DIR ...           the cache written by nvhook (cdihook.ldcache),
+                                              else the sandboxed host ldconfig on the
+                                              container (nvmount.ldcache), compat dirs first
     enable-cuda-compat --host-driver-version  /etc/ld.so.conf.d/00-compat-*.conf when the
                                               image's compat libcuda should win (cudacompat)
     disable-device-node-modification          ModifyDeviceFiles: 0 in the params view (params)
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
-LDSO_CONF_D = "/etc/ld.so.conf.d"
-COMPAT_PREFIX, COMPAT_SUFFIX = "00-compat-", ".conf"
 APP_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
 APP_PROFILE_FILE = APP_PROFILE_DIR + "/10-container.conf"
 
@@ -87,30 +86,37 @@ def update_ldcache(run: HookRun, p: Parsed) -> None:
             raise HookError(f"--folder {folder[:200]!r}: not an absolute container path")
     path = resolve_ldconfig("@" + ldconfig.removeprefix("@"))
     target = run.target(p)
+    config = run.config()
+    if config.nvhook.ldcache == "write" and _write_ldcache(run, target, folders):
+        return
+    from nvhook.compat.cdihook.ldcache import compat_dirs
+
     compat = run.in_root(target, lambda root, procfs: compat_dirs(root, procfs))
     dirs = tuple(dict.fromkeys([*compat, *folders]))
     _run_ldconfig(run, target, dirs, path)
 
 
-def compat_dirs(root: Root, procfs: ProcFs) -> list[str]:
-    """The directories of the image's /etc/ld.so.conf.d/00-compat-*.conf files (written by
-    enable-cuda-compat): ldconfig must see them first, as NVIDIA's file order makes it."""
-    from nvhook.compat.cdihook import files
+def _write_ldcache(run: HookRun, target: Target, folders: list[str]) -> bool:
+    """The image's ld.so.cache written by nvhook (`nvhook.compat.cdihook.ldcache`); False
+    when that falls back to ldconfig."""
+    from nvhook.compat.cdihook.ldcache import write_cache
+    from nvmount.errors import LdcacheError
+    from nvmount.ldcache.write import Fallback
 
-    listed = files.list_dir(root, LDSO_CONF_D)
-    if listed is None:
-        return []
-    fd, names = listed
-    dirs: list[str] = []
     try:
-        for name in sorted(n for n in names if n.startswith(COMPAT_PREFIX)
-                           and n.endswith(COMPAT_SUFFIX)):
-            data = files.read_small(fd, name, procfs) or b""
-            dirs += [line.strip() for line in data.decode("utf-8", "replace").splitlines()
-                     if line.strip().startswith("/")]
-    finally:
-        os.close(fd)
-    return dirs[:64]
+        done = run.in_root(target, lambda root, procfs: write_cache(
+            root, procfs, folders, target.owner, run.libc,
+            host_run=target.in_container and target.ns_rootfs != "/"))
+    except Fallback as why:
+        run.log.debug(f"ld.so.cache left to ldconfig: {why}")
+        return False
+    except LdcacheError as err:
+        if run.config().nvhook.ldconfig_required:
+            raise HookError(f"{err} (ldconfig-required = true)") from err
+        _optional(run, "update the ld.so.cache", err)
+        return True
+    run.log.debug(f"ld.so.cache: {done}")
+    return True
 
 
 def _run_ldconfig(run: HookRun, target: Target, dirs: tuple[str, ...], path: str) -> None:
@@ -158,12 +164,13 @@ def enable_cuda_compat(run: HookRun, p: Parsed) -> None:
 def _compat_lib(run: HookRun, root: Root, procfs: ProcFs, compat_root: str, host_driver: str,
                 host_cuda: str) -> str | None:
     """The container directory of the compat libcuda to use, None to leave things alone."""
-    from nvhook.compat.cdihook import cudacompat, files
+    from nvhook.compat.cdihook import files
 
     listed = files.list_dir(root, compat_root)
     if listed is None:
         run.log.debug("No CUDA forward compatibility libraries directory in container")
         return None
+    from nvhook.compat.cdihook import cudacompat
     fd, names = listed
     try:
         libs = sorted(n for n in names if n.startswith("libcuda.so.") and "." in n[11:]
@@ -194,6 +201,7 @@ def _compat_lib(run: HookRun, root: Root, procfs: ProcFs, compat_root: str, host
 def _write_compat_conf(run: HookRun, root: Root, procfs: ProcFs, directory: str,
                        owner: tuple[int, int]) -> None:
     from nvhook.compat.cdihook import files
+    from nvhook.compat.cdihook.ldcache import COMPAT_PREFIX, COMPAT_SUFFIX, LDSO_CONF_D
     from nvmount.errors import NvmountError
 
     data = f"{directory}\n".encode()
@@ -245,6 +253,13 @@ def update_application_profile(run: HookRun, p: Parsed) -> None:
     run.in_root(target, lambda root, _: _app_profile(run, root, target.owner))
 
 
+def app_profile_bytes(mask: int) -> bytes:
+    """The profile's exact content: `nvmount.plan.procfs.app_profile_bytes`, which the
+    engine's plan uses (not imported: it loads the plan's types; a test keeps both equal)."""
+    return ('{ "profiles": [{"name": "_container_", "settings": ["EGLVisibleDGPUDevices", '
+            f'0x{mask:x}]}}], "rules": [{{"pattern": [], "profile": "_container_"}}]}}').encode()
+
+
 def gpu_mask(minors: list[int]) -> tuple[int, list[int]]:
     """(EGLVisibleDGPUDevices bitmask, minors left out: >= 64 do not fit the mask)."""
     mask = 0
@@ -257,7 +272,6 @@ def gpu_mask(minors: list[int]) -> tuple[int, list[int]]:
 def _app_profile(run: HookRun, root: Root, owner: tuple[int, int]) -> None:
     from nvhook.compat.cdihook import files
     from nvmount.errors import NvmountError
-    from nvmount.plan.procfs import app_profile_bytes
 
     listed = files.list_dir(root, "/dev")
     if listed is None:

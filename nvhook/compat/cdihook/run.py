@@ -1,6 +1,7 @@
 """One hook run's shared state (`nvhook.compat.cdihook`): the log, where the hook started,
-stdin, the environment, config.toml (read only by the hooks that need it), the containers
-located (closed at the end)."""
+stdin, the environment, the call itself (the launcher's path and argv, for `batch`),
+config.toml (read only by the hooks that need it), the container located (once per state
+source: the hooks a first hook does for the rest of its group share it; closed at the end)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,21 @@ if TYPE_CHECKING:
 class HookRun:
     """What one hook run shares: the log, where it started, stdin, the config (lazily)."""
 
-    __slots__ = ("_config", "_libc", "_targets", "config_path", "cwd", "environ", "log",
-                 "stdin")
+    __slots__ = ("_config", "_libc", "_targets", "argv", "config_path", "cwd", "environ",
+                 "log", "program", "start", "stdin")
 
     def __init__(self, log: Log, *, cwd: str | None, stdin: bytes | None,
-                 environ: Mapping[str, str], config_path: str | None = None) -> None:
+                 environ: Mapping[str, str], config_path: str | None = None,
+                 program: str | None = None, argv: list[str] | None = None,
+                 start: int = 0) -> None:
         self.log, self.cwd, self.stdin, self.environ = log, cwd, stdin, environ
         self.config_path = config_path
+        # the call as the runtime made it: the launcher's path (None: not from a launcher,
+        # never batched), its whole argv after the path, where the hook's name is in it
+        self.program, self.argv, self.start = program, argv or [], start
         self._config: HookConfig | None = None
         self._libc: Libc | None = None
-        self._targets: list[Target] = []
+        self._targets: dict[str, Target] = {}
 
     @property
     def libc(self) -> Libc:
@@ -51,18 +57,27 @@ class HookRun:
         return self._config
 
     def target(self, p: Parsed) -> Target:
+        """The container of the state `p` names (stdin, or --container-spec's file); located
+        once per source (stdin can be read only once)."""
         from nvhook.compat.cdihook.target import locate, read_state
 
         spec = p.string("container-spec") if "container-spec" in p.values else ""
         if spec and not spec.startswith("/") and self.cwd:
             spec = os.path.join(self.cwd, spec)
-        target = locate(read_state(spec, self.stdin), self.cwd, self.libc)
-        self._targets.append(target)
+        source = "" if spec == "-" else spec
+        target = self._targets.get(source)
+        if target is None:
+            if not source and self.stdin is None:
+                from nvhook.oci import read_state as read_fd
+
+                self.stdin = read_fd(0)  # kept: a second look gets the same bytes
+            target = locate(read_state(spec, self.stdin), self.cwd, lambda: self.libc)
+            self._targets[source] = target
         return target
 
     def close(self) -> None:
         while self._targets:
-            self._targets.pop().close()
+            self._targets.popitem()[1].close()
 
     def in_root(self, target: Target, action: Callable[[Root, ProcFs], T], *,
                 mounts: bool = False) -> T:

@@ -45,14 +45,23 @@ MAX_STATE_BYTES = 1 << 20
 class Target:
     """The container of one hook run (see the module doc)."""
 
-    __slots__ = ("host_pid", "in_container", "mntns_fd", "ns_rootfs", "owner", "rootfs")
+    __slots__ = ("config", "host_pid", "in_container", "mntns_fd", "ns_rootfs", "opened",
+                 "owner", "rootfs", "state_pid")
 
     def __init__(self, rootfs: str, ns_rootfs: str, mntns_fd: int, in_container: bool,
-                 owner: tuple[int, int], host_pid: int) -> None:
+                 owner: tuple[int, int], host_pid: int, *, state_pid: int = 0,
+                 config: object = None) -> None:
         self.rootfs, self.ns_rootfs, self.mntns_fd = rootfs, ns_rootfs, mntns_fd
         self.in_container, self.owner, self.host_pid = in_container, owner, host_pid
+        self.state_pid = state_pid  # the state's pid (in the container's pid namespace)
+        self.config = config  # the bundle's config.json, decoded (for `batch`)
+        self.opened: tuple[ProcFs, Root] | None = None  # kept for the next hook's work
 
     def close(self) -> None:
+        if self.opened is not None:
+            self.opened[1].close()
+            self.opened[0].close()
+            self.opened = None
         if self.mntns_fd >= 0:
             os.close(self.mntns_fd)
             self.mntns_fd = -1
@@ -81,29 +90,32 @@ def read_state(container_spec: str, stdin: bytes | None) -> bytes:
         os.close(fd)
 
 
-def locate(state_bytes: bytes, cwd: str | None, libc: Libc) -> Target:
-    """The target container of the state (see the module doc)."""
+def locate(state_bytes: bytes, cwd: str | None, libc: Callable[[], Libc]) -> Target:
+    """The target container of the state (see the module doc); `libc()` (ctypes: loaded
+    only when needed) opens a container outside this process's namespaces."""
     from nvhook.oci import load_state
 
     state = load_state(state_bytes)
     if not state.bundle:
         raise StateError("failed to load container state: no bundle in the OCI state")
-    rootfs = container_root(state.bundle, cwd)
+    rootfs, doc = container_root(state.bundle, cwd)
     self_host = _host_pid_of_self()
     if self_host != os.getpid() or state.pid in _ancestors(self_host):
         ns_rootfs = rootfs if os.path.isdir(rootfs) else "/"  # "/": after pivot_root
         fd = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        return Target(rootfs, ns_rootfs, fd, True, (os.geteuid(), os.getegid()), self_host)
+        return Target(rootfs, ns_rootfs, fd, True, (os.geteuid(), os.getegid()), self_host,
+                      state_pid=state.pid, config=doc)
     from nvmount.container.open import open_container
 
-    with open_container(state.pid, rootfs, no_cgroups=True, libc=libc) as handle:
+    with open_container(state.pid, rootfs, no_cgroups=True, libc=libc()) as handle:
         return Target(rootfs, handle.ns_rootfs, os.dup(handle.mntns_fd), False,
-                      (handle.uid, handle.gid), state.pid)
+                      (handle.uid, handle.gid), state.pid, state_pid=state.pid, config=doc)
 
 
-def container_root(bundle: str, cwd: str | None) -> str:
-    """`root.path` of the bundle's config.json, relative to the bundle (NVIDIA's
-    GetContainerRoot); only that field is read (NVIDIA's hooks need no `process`)."""
+def container_root(bundle: str, cwd: str | None) -> tuple[str, object]:
+    """(`root.path` of the bundle's config.json, relative to the bundle (NVIDIA's
+    GetContainerRoot), the decoded document); of its fields only `root.path` is checked
+    (NVIDIA's hooks need no `process`)."""
     from nvhook.errors import SpecError
     from nvhook.oci import decode_json, go_clean, go_join, read_spec_file, resolve_bundle
 
@@ -116,8 +128,9 @@ def container_root(bundle: str, cwd: str | None) -> str:
     value = root.get("path") if isinstance(root, dict) else None
     if not isinstance(value, str) or not value or "\0" in value:
         raise SpecError(f"failed to determine container root: no root.path in {path}")
-    return go_clean(value) if value.startswith("/") else go_join(path[:-len("/config.json")],
-                                                                 value)
+    if value.startswith("/"):
+        return go_clean(value), doc
+    return go_join(path[:-len("/config.json")], value), doc
 
 
 def _host_pid_of_self() -> int:
@@ -147,23 +160,32 @@ def _ancestors(pid: int) -> list[int]:
 def with_root(target: Target, libc: Libc, action: Callable[[Root, ProcFs], T], *,
               mounts: bool = False) -> T:
     """`action(root, procfs)` on the container's rootfs in its mount namespace. `mounts`:
-    the action mounts, so the rootfs's /proc must be the container's procfs mount."""
+    the action mounts, so the rootfs's /proc must be the container's procfs mount. In the
+    container's own namespace the procfs handle and the rootfs stay open for the next
+    action (the hooks a first hook does for its group)."""
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
-    with ProcFs.open(libc) as procfs:
-        if target.in_container:
-            return _act(target, libc, procfs, action, mounts, Root)
-        from nvmount.apply.namespace import entered
+    if target.in_container:
+        if target.opened is None:
+            procfs = ProcFs.open(libc)
+            try:
+                root = Root.open(target.ns_rootfs, libc, procfs=procfs,
+                                 ns_root=target.ns_rootfs == "/")
+            except BaseException:
+                procfs.close()
+                raise
+            target.opened = procfs, root
+        procfs, root = target.opened
+        if mounts:
+            root.check_proc_dir()
+            root.check_proc_mounted()
+        return action(root, procfs)
+    from nvmount.apply.namespace import entered
 
-        with entered(target.mntns_fd, libc):
-            return _act(target, libc, procfs, action, mounts, Root)
-
-
-def _act(target: Target, libc: Libc, procfs: ProcFs, action: Callable[[Root, ProcFs], T],
-         mounts: bool, root_class: type[Root]) -> T:
-    with root_class.open(target.ns_rootfs, libc, procfs=procfs, require_proc_dir=mounts,
-                         ns_root=target.ns_rootfs == "/") as root:
+    with ProcFs.open(libc) as procfs, entered(target.mntns_fd, libc), Root.open(
+            target.ns_rootfs, libc, procfs=procfs, require_proc_dir=mounts,
+            ns_root=target.ns_rootfs == "/") as root:
         if mounts:
             root.check_proc_mounted()
         return action(root, procfs)

@@ -69,7 +69,8 @@ def _hook(argv: list[str], ctx: Context) -> int:
     from nvhook.compat.cdihook.run import HookRun
 
     run = HookRun(ctx.log, cwd=ctx.cwd, stdin=ctx.stdin, environ=ctx.environ,
-                  config_path=ctx.path(ctx.config_path) if ctx.config_path else None)
+                  config_path=ctx.path(ctx.config_path) if ctx.config_path else None,
+                  program=ctx.program, argv=ctx.argv, start=len(ctx.argv) - len(argv))
     return run_hook(argv, run, prog=f"{PROG} hook")
 
 
@@ -84,8 +85,9 @@ def _info(argv: list[str], ctx: Context) -> int:
 
 
 def main(argv: list[str], *, cwd: str | None = None, stdin: bytes | None = None,
-         environ: Mapping[str, str] | None = None) -> int:
-    """The drop-in's entry point (the launcher passes argv[1:] and its original cwd)."""
+         environ: Mapping[str, str] | None = None, program: str | None = None) -> int:
+    """The drop-in's entry point (the launcher passes argv[1:], its original cwd and its own
+    path: `nvidia-ctk hook` looks for it among the container's hooks)."""
     from nvhook.compat.cdihook.cmd import guarded, version_text
     from nvmount.log import install
 
@@ -119,6 +121,7 @@ def main(argv: list[str], *, cwd: str | None = None, stdin: bytes | None = None,
         install(log)
         ctx = Context(log, cwd=cwd, stdin=stdin, environ=env,
                       config_path=g.string("config") or None, debug=debug)
+        ctx.program, ctx.argv = program, argv
         return guarded(lambda: _run(name, rest, ctx), log, debug)
     finally:
         install(previous)

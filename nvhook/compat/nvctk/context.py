@@ -26,12 +26,14 @@ COMMANDS = {
 class Context:
     """What every subcommand gets: the log, where the user was, stdin, env, --config."""
 
-    __slots__ = ("config_path", "cwd", "debug", "environ", "log", "stdin")
+    __slots__ = ("argv", "config_path", "cwd", "debug", "environ", "log", "program", "stdin")
 
     def __init__(self, log: Log, *, cwd: str | None, stdin: bytes | None,
                  environ: Mapping[str, str], config_path: str | None, debug: bool) -> None:
         self.log, self.cwd, self.stdin, self.environ = log, cwd, stdin, environ
         self.config_path, self.debug = config_path, debug
+        self.program: str | None = None  # the launcher's path and argv (`nvidia-ctk hook`)
+        self.argv: list[str] = []
 
     def path(self, value: str) -> str:
         """A user's path, absolute (relative ones against the starting directory)."""
