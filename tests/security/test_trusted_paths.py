@@ -183,7 +183,7 @@ def test_a_cdi_spec_a_user_could_write_is_ignored(tmp_path: Path, owned: str) ->
         user_specs.mkdir()
         _spec(user_specs / "evil.json", "/")
         os.chown(user_specs / "evil.json", USER, USER)
-    registry = load_registry((str(root_dir), str(user_specs)))
+    registry, _ = load_registry((str(root_dir), str(user_specs)))
     assert registry["nvidia.com/gpu=0"][0] == str(root_dir / "nvidia.json")
     config = tmp_path / "config.toml"
     config.write_text('[nvidia-container-runtime.modes.cdi]\nspec-dirs = '
