@@ -110,6 +110,9 @@ def in_child(plan: object, rootfs: Path, *, profile: str = "", syscalls: bool = 
         try:
             from nvmount import _libc
 
+            from nvmount.log import WARNING, Sink, install
+
+            install(Sink(WARNING))  # as the hook: records below WARNING cost one comparison
             libc = _libc.Libc()
             libc.unshare(_libc.CLONE_NEWNS)
             libc.mount(None, "/", None, _libc.MS_REC | _libc.MS_PRIVATE)

@@ -2,12 +2,12 @@
 
 Stage: apply. Two halves:
 
-- `clone_sources` (host side, BEFORE setns): every bind source is opened O_PATH|O_NOFOLLOW
-  on the host, type-checked and cloned with open_tree, so no source is ever resolved inside
-  the container (or through it);
+- `clone_sources` (host side, BEFORE setns): every bind source is cloned with open_tree on
+  the host (never following a last symlink), type-checked and given its flags, so no source
+  is ever resolved inside the container (or through it);
 - `apply_plan` (inside the container's mount namespace): each entry in order. Targets are
   resolved in the rootfs with fds (`rootfs.Root`), missing mountpoints are created as the
-  container owner, clones are attached with move_mount and flags set with mount_setattr.
+  container owner, clones are attached with move_mount.
   Tmpfs mounts are created writable (nosuid,nodev,noexec), filled, and made read-only at
   the end, after everything that lives inside them is in place.
 
@@ -112,7 +112,7 @@ def clone_sources(plan: MountPlan, libc: Libc, faults: Faults | None = None) -> 
                 sources[entry] = run_step(
                     Step(f"open source {entry.what}", entry.source), faults,
                     lambda e=entry: mounts.clone_source(  # type: ignore[misc]
-                        e.source, e.kind, e.rdev, libc))
+                        e.source, e.kind, e.rdev, libc, e.flags))
     except BaseException:
         close_sources(sources)
         raise
@@ -178,8 +178,7 @@ class _Applier:
             pass
 
     def bind(self, entry: Bind, step: Step | None = None) -> None:
-        tree = self.sources[entry]
-        mounts.apply_flags(tree, entry.flags, self.libc, what=entry.target)
+        tree = self.sources[entry]  # its flags are set (`clone_sources`)
         self.faults(f"mountpoint {entry.target}")
         uid, gid = self.owner
         fd, created = self.root.ensure_mountpoint(entry.target, entry.kind, uid, gid)
