@@ -140,7 +140,7 @@ class Walker:
 
     def _mkdir(self, cur: int, real: str, comp: str) -> int:
         try:
-            os.mkdir(comp, 0o700, dir_fd=cur)
+            os.mkdir(comp, self.mode & 0o777, dir_fd=cur)  # `_own` corrects umask and setgid
         except FileExistsError:  # raced with a creator: look again, never follow blindly
             return os.open(comp, _PATH | os.O_NOFOLLOW, dir_fd=cur)
         fd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=cur)
@@ -153,21 +153,31 @@ class Walker:
         return fd
 
     def _own(self, fd: int, mode: int, real: str, name: str, kind: EntryKind) -> None:
-        """chown/chmod a fresh entry through its fd and record it."""
+        """chown/chmod a fresh entry through its fd and record it. Each only when the entry
+        does not have it yet (made with `mode`, as root: usually only the umask or a setgid
+        parent differs, and a root container's owner is ours): a metadata write per entry
+        less on the image's filesystem."""
         st = os.fstat(fd)
         self.created.append(
             Created(posixpath.join(real, name), real, name, kind, st.st_dev, st.st_ino)
         )
-        os.fchmod(fd, mode)  # first: once the owner is not us, chmod would need CAP_FOWNER
-        os.fchown(fd, self.uid, self.gid)
+        if stat.S_IMODE(st.st_mode) != mode:  # first: once the owner is not us, chmod
+            os.fchmod(fd, mode)  # would need CAP_FOWNER
+        if (st.st_uid, st.st_gid) != (self.uid, self.gid):
+            os.fchown(fd, self.uid, self.gid)
 
     def leaf_file(self, pfd: int, name: str, mode: int, reuse: int) -> int:
-        """An fd on file `name` in dir `pfd`: reused, created, or replacing a special entry."""
+        """An fd on file `name` in dir `pfd`: created, reused, or replacing a special entry.
+        Created first (O_EXCL, never following a link): an image rarely has the file."""
         real = self.root.real_path(pfd)
         where = posixpath.join(real, name)
         try:
+            return self._create_file(pfd, real, name, mode)
+        except FileExistsError:
+            pass
+        try:
             fd = os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=pfd)
-        except FileNotFoundError:
+        except FileNotFoundError:  # removed since: create it after all (or fail)
             return self._create_file(pfd, real, name, mode)
         try:
             keep = self._judge_leaf(pfd, name, where, fd, reuse)
@@ -210,7 +220,7 @@ class Walker:
 
     def _create_file(self, pfd: int, real: str, name: str, mode: int) -> int:
         flags = os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-        fd = os.open(name, flags, 0o600, dir_fd=pfd)
+        fd = os.open(name, flags, mode & 0o777, dir_fd=pfd)  # `_own` corrects the umask
         try:
             self._own(fd, mode, real, name, EntryKind.FILE)
             self.root.real_path(fd)
@@ -233,8 +243,9 @@ class Walker:
         tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
         os.symlink(link_text, tmp, dir_fd=pfd)
         try:
-            os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
             st = os.stat(tmp, dir_fd=pfd, follow_symlinks=False)
+            if (st.st_uid, st.st_gid) != (self.uid, self.gid):  # not yet the owner's
+                os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
             from nvmount import _libc
 
             self.root.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE)
