@@ -70,6 +70,13 @@ def _proc_driver(rootfs: Path) -> None:
                     | _libc.MOVE_MOUNT_T_EMPTY_PATH)
 
 
+def hook_faults() -> object:
+    """The fault points as the hook has them (`Faults.from_env` of a production start)."""
+    from nvmount.faults import Faults
+
+    return Faults.from_env({}, debug=False, enabled=False)
+
+
 def mount_phase(plan: object, rootfs: Path) -> dict[str, float]:
     """`Run._mount` without setns: (wall ms, CPU ms) of the section."""
     import resource
@@ -83,15 +90,16 @@ def mount_phase(plan: object, rootfs: Path) -> dict[str, float]:
 
     libc = Libc()
     journal = Journal("container mounts")
+    faults = hook_faults()
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0, c0 = time.perf_counter(), time.process_time()
     with ProcFs.open(libc) as procfs:
         host_peers = peer_groups(procfs)
-        sources = clone_sources(plan, libc)  # type: ignore[arg-type]
+        sources = clone_sources(plan, libc, faults)  # type: ignore[arg-type]
         with Root.open(str(rootfs), libc, procfs=procfs, require_proc_dir=True) as root:
             root.check_proc_mounted()
             apply_plan(plan, root, sources, journal, libc,  # type: ignore[arg-type]
-                       procfs=procfs, host_peers=host_peers)
+                       procfs=procfs, host_peers=host_peers, faults=faults)
             journal.commit()
     wall, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
     r1 = resource.getrusage(resource.RUSAGE_SELF)

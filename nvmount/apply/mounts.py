@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 
+from nvmount import _libc  # ctypes: the hook has loaded it before any mount
 from nvmount.errors import MountError, strerror
 from nvmount.log import get_logger
 
@@ -51,7 +52,6 @@ def check_source_mode(
 
 def mount_attrs(flags: MountFlag) -> int:
     """MOUNT_ATTR_* bits for our flags (pure)."""
-    from nvmount import _libc
     from nvmount.plan.types import MountFlag
 
     attrs = 0
@@ -76,8 +76,6 @@ def clone_source(
     (RDONLY, NOSUID, ...) are set with the private propagation, in the same mount_setattr.
     Three syscalls: open_tree, fstat, mount_setattr. Run before setns (host paths).
     """
-    from nvmount import _libc
-
     try:
         tree = libc.open_tree(_libc.AT_FDCWD, host_path, _libc.OPEN_TREE_CLONE
                               | _libc.OPEN_TREE_CLOEXEC | _libc.AT_SYMLINK_NOFOLLOW)
@@ -103,8 +101,6 @@ def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -
 
     Only sets: flags the source mount already has (e.g. nosuid) are kept.
     """
-    from nvmount import _libc
-
     attrs = mount_attrs(flags)
     if not attrs:
         return
@@ -129,8 +125,6 @@ def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
     volume, T-LEAK). `tree_fd` then refers to the attached mount. `what` (a container path)
     names the target in errors.
     """
-    from nvmount import _libc
-
     groups = shared_groups(target_fd, procfs, libc) if procfs is not None else frozenset()
     if groups & host_peers:
         raise MountError(
@@ -152,8 +146,6 @@ def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
 
 def make_tmpfs(mode: int, flags: MountFlag, libc: Libc, *, what: str = "tmpfs") -> int:
     """A new detached, private tmpfs (fsopen/fsconfig mode=/fsmount) with `flags`; its fd."""
-    from nvmount import _libc
-
     try:
         fs = libc.fsopen("tmpfs")
     except OSError as err:
@@ -178,8 +170,6 @@ def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = No
     unmounted. The unmount goes through the procfs handle's magic link for the fd (cwd
     switched to the handle for the call), never through a path in the container.
     """
-    from nvmount import _libc
-
     try:
         have = mount_identity(mount_fd, procfs, libc)
         if mnt_id is not None and have != mnt_id:
@@ -281,8 +271,6 @@ def _shared_tags(line: str) -> frozenset[int]:
 def _private(tree: int, libc: Libc, label: str, attrs: int = 0) -> int:
     """Make the detached mount `tree` private (no propagation) and set `attrs` (MOUNT_ATTR_*)
     in one call; closes it on failure."""
-    from nvmount import _libc
-
     try:
         libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, attrs, 0, _libc.MS_PRIVATE)
     except OSError as err:
