@@ -8,7 +8,7 @@ private mount namespace on a fresh copy of the rootfs (made outside the timed se
 /proc is a procfs with the simulated /proc/driver tmpfs in it, as the container's is at
 prestart. The timed section is `engine_run.Run._mount` without the setns (the child is the
 namespace): the host's peer groups, the sources cloned, the rootfs opened, the plan applied
-and the journal committed. Reported: wall and CPU (user+sys of the child's section) medians,
+and the journal committed. Reported: wall and CPU (the child's, during the section) medians,
 and with --syscalls the syscalls of the section by name (`strace -c` attached to the child
 around it; a separate pass: its times are not comparable; strace 6.1 does not list
 statmount, one per attach), with --calls its Python and C function calls (one more run,
@@ -79,7 +79,6 @@ def hook_faults() -> object:
 
 def mount_phase(plan: object, rootfs: Path) -> dict[str, float]:
     """`Run._mount` without setns: (wall ms, CPU ms) of the section."""
-    import resource
 
     from nvmount._libc import Libc
     from nvmount.apply.journal import Journal
@@ -91,7 +90,6 @@ def mount_phase(plan: object, rootfs: Path) -> dict[str, float]:
     libc = Libc()
     journal = Journal("container mounts")
     faults = hook_faults()
-    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0, c0 = time.perf_counter(), time.process_time()
     with ProcFs.open(libc) as procfs:
         host_peers = peer_groups(procfs)
@@ -101,10 +99,8 @@ def mount_phase(plan: object, rootfs: Path) -> dict[str, float]:
             apply_plan(plan, root, sources, journal, libc,  # type: ignore[arg-type]
                        procfs=procfs, host_peers=host_peers, faults=faults)
             journal.commit()
-    wall, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    return {"wall_ms": wall, "cpu_ms": cpu, "user_ms": (r1.ru_utime - r0.ru_utime) * 1000,
-            "sys_ms": (r1.ru_stime - r0.ru_stime) * 1000}
+    return {"wall_ms": (time.perf_counter() - t0) * 1000,
+            "cpu_ms": (time.process_time() - c0) * 1000}
 
 
 def in_child(plan: object, rootfs: Path, *, profile: str = "", syscalls: bool = False,
@@ -117,7 +113,6 @@ def in_child(plan: object, rootfs: Path, *, profile: str = "", syscalls: bool = 
         out: dict[str, float] = {}
         try:
             from nvmount import _libc
-
             from nvmount.log import WARNING, Sink, install
 
             install(Sink(WARNING))  # as the hook: records below WARNING cost one comparison
@@ -206,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         rootfs = build_rootfs(work / "rootfs")
         results: dict[str, object] = {}
         for gpus in args.gpus:
-            sim = sim_root(work, gpus)
+            sim = Path(args.sim.format(gpus=gpus)) if args.sim else sim_root(work, gpus)
             plan = make_plan(sim, rootfs)
             rows = []
             for i in range(args.runs + 1):
@@ -238,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile of one run per count")
     parser.add_argument("--calls", action="store_true",
                         help="Python and C function calls of the section (one more run)")
+    parser.add_argument("--sim", default="", help="an existing simulated driver root per "
+                        "GPU count ({gpus} is replaced), instead of new ones")
+    parser.add_argument("--json", action="store_true", help="the figures as JSON only")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     args.gpus = [int(x) for x in args.gpus.split(",") if x]
@@ -245,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("bench: must run as root")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = run(args)
+    if args.json:
+        sys.stdout.write(json.dumps(results) + "\n")
+        return 0
     load = os.getloadavg()[0]
     sys.stdout.write(f"mount phase, medians of {args.runs} runs, load {load:.1f}\n")
     for gpus, row in results.items():
