@@ -3,6 +3,7 @@ side with NVIDIA's stack (when built) in the same run.
 
     sudo .venv/bin/python bench/run.py [-n 20] [--gpus 1,8,64] [--no-load] [--out DIR]
     sudo .venv/bin/python bench/run.py --wrapper      (the runtime wrapper: bench/wrapper.py)
+    sudo .venv/bin/python bench/run.py --engines [...]  (docker/ctr end to end: bench/engines.py)
 
 Series, measured round-robin (bench/series.py; wall time and CPU time of `runc run` of
 /bin/true with its hooks):
@@ -208,6 +209,11 @@ def host_info(peer: object) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--engines"]:  # its own options (bench/engines.py)
+        from engines_main import main as engines_main
+
+        return engines_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=20, help="timed rounds")
     parser.add_argument("--gpus", default="1,8,64", help="simulated GPU counts (comma list)")
@@ -218,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--wrapper", action="store_true",
                         help="the runtime wrapper's series instead (bench/wrapper.py)")
+    parser.add_argument("--engines", action="store_true",
+                        help="first argument: docker/ctr end to end (bench/engines.py; "
+                             "--engines --help for its options)")
     args = parser.parse_args(argv)
     if args.wrapper:
         from wrapper import main as wrapper_main  # bench/wrapper.py, next to this file
