@@ -119,12 +119,13 @@ def _write_rules(dir_fd: int, control: str, rules: Sequence[DeviceRule], libc: L
         if libc.fstatfs_type(fd) != L.CGROUP_SUPER_MAGIC:
             raise OSError(errno.EACCES, f"{control} is not on a cgroup v1 filesystem")
         for rule in rules:
+            line = format_rule(rule)
             if point is not None:
-                point(f"cgroup allow {format_rule(rule)}")
+                point("cgroup allow " + line)
             try:
-                os.write(fd, format_rule(rule).encode())
+                os.write(fd, line.encode())
             except OSError as err:
-                raise OSError(err.errno, f"write '{format_rule(rule)}' to {control}: "
+                raise OSError(err.errno, f"write '{line}' to {control}: "
                               f"{err.strerror}") from err
             written.append(rule)
     finally:
@@ -145,7 +146,10 @@ def allow_devices_v1(path: str, rules: tuple[DeviceRule, ...], libc: Libc,
         with open(fd, "rb") as f:
             listed = parse_devices_list(os.fsdecode(f.read()))
         granted = Granted(listed)
-        todo = [replace(r, access=missing_access(granted, r)) for r in rules]
+        todo = []
+        for r in rules:  # a new record only where devices.list already grants some access
+            missing = missing_access(granted, r)
+            todo.append(r if missing == r.access else replace(r, access=missing))
         _write_rules(change._dir_fd, "devices.allow", [r for r in todo if r.access], libc,
                      change.added, point)
     except (OSError, ValueError) as err:
