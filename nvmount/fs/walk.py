@@ -231,8 +231,23 @@ class Walker:
         return fd
 
     def leaf_symlink(self, pfd: int, name: str, link_text: str) -> None:
+        """Create symlink `name` in `pfd`, never replacing anything there. Made in place
+        (symlinkat fails on any existing entry) when it is born with the wanted owner;
+        otherwise at a random name, chowned, then renamed into place with RENAME_NOREPLACE,
+        so that it never shows with another owner."""
         real = self.root.real_path(pfd)
         where = posixpath.join(real, name)
+        if self._born_owned(pfd):
+            try:
+                os.symlink(link_text, name, dir_fd=pfd)
+            except FileExistsError:
+                log.info("keep existing %s (not replacing it with a symlink)", where)
+                return
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev,
+                                        st.st_ino))
+            log.debug("created symlink %s -> %s", where, link_text)
+            return
         try:
             os.stat(name, dir_fd=pfd, follow_symlinks=False)
         except FileNotFoundError:
@@ -258,3 +273,9 @@ class Walker:
             raise
         self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
         log.debug("created symlink %s -> %s", where, link_text)
+
+    def _born_owned(self, pfd: int) -> bool:
+        """Whether an entry made in directory `pfd` is born owned by uid:gid: we are that
+        user and group (root for a root container) and `pfd` is not setgid."""
+        return ((os.geteuid(), os.getegid()) == (self.uid, self.gid)
+                and not os.fstat(pfd).st_mode & stat.S_ISGID)
