@@ -57,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--wsl", action="store_true",
                         help="a WSL2 guest: /dev/dxg and a driver store under /usr/lib/wsl")
     create.add_argument("--nvml-init-delay", type=int, default=0, metavar="MS",
-                        help="model GPUs without persistence mode: each process's first "
-                             "nvmlInit waits MS per GPU (NVIDIA documents 1-3 s per GPU)")
+                        help="model GPUs without persistence mode: an nvmlInit that finds "
+                             "NVML uninitialised (a process's first) waits MS per GPU (NVIDIA "
+                             "documents 1-3 s per GPU)")
     create.add_argument("--build-cache", default=None, metavar="CACHE",
                         help="keep/reuse the compiled libraries and binaries in CACHE")
     create.add_argument("--force", action="store_true",

@@ -185,7 +185,8 @@ NVML_API const char *nvmlErrorString(nvmlReturn_t result)
 /* A GPU without persistence mode is initialised by the first client that opens it and torn
  * down when the last one exits: NVIDIA documents 1-3 s per GPU (ECC scrubbing; "Driver
  * Persistence", docs.nvidia.com/deploy/driver-persistence). Each GPU's "Init Delay ms" is
- * waited for here, once per process (the first nvmlInit). */
+ * waited for whenever NVML initialises from nothing: a process's first nvmlInit, and the
+ * first after a full nvmlShutdown (the GPU had no client left, so it was torn down). */
 static void init_delay(const struct nvsim_state *st)
 {
     unsigned long long ms = 0;
