@@ -253,10 +253,10 @@ def host_info(peer: object) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--engines"]:  # its own options (bench/engines.py)
+    if "--engines" in argv:  # its own options (bench/engines.py)
         from engines_main import main as engines_main
 
-        return engines_main(argv[1:])
+        return engines_main([a for a in argv if a != "--engines"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=20, help="timed rounds")
     parser.add_argument("--gpus", default="1,8,64", help="simulated GPU counts (comma list)")
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wrapper", action="store_true",
                         help="the runtime wrapper's series instead (bench/wrapper.py)")
     parser.add_argument("--engines", action="store_true",
-                        help="first argument: docker/ctr end to end (bench/engines.py; "
+                        help="docker/ctr end to end instead (bench/engines.py; "
                              "--engines --help for its options)")
     args = parser.parse_args(argv)
     if args.wrapper:
