@@ -4,6 +4,7 @@ side with NVIDIA's stack (when built) in the same run.
     sudo .venv/bin/python bench/run.py [-n 20] [--gpus 1,8,64] [--no-load] [--out DIR]
     sudo .venv/bin/python bench/run.py --wrapper      (the runtime wrapper: bench/wrapper.py)
     sudo .venv/bin/python bench/run.py --real-driver  (Debian's 535 files: bench/realdriver.py)
+    sudo .venv/bin/python bench/run.py --engines [...]  (docker/ctr end to end: bench/engines.py)
 
 Series, measured round-robin (bench/series.py; wall time and CPU time of `runc run` of
 /bin/true with its hooks):
@@ -38,10 +39,23 @@ from peer import find_peer, peer_config, peer_hook_entry
 from series import Rig, Series, floor_hook
 
 from nvhook.demo.bundle import HookEntry
-from nvhook.demo.driver import create_sim_driver, install_hook, nvhook_hook_entry
+from nvhook.demo.driver import (
+    DriverSetup,
+    create_sim_driver,
+    install_hook,
+    nvhook_command,
+    nvhook_hook_entry,
+    sim_prestart_entry,
+)
 from nvhook.demo.rootfs import build_rootfs
 
 GPU_ENV = ("NVIDIA_VISIBLE_DEVICES=all",)
+# issue 19, class 5: a privileged container, every GPU, capability and MIG device, MIG config
+# and monitor, on 64 simulated GPUs with 7 MIG devices each (448 MIG devices)
+MIG_SPEC = "all=7x1g.10gb"
+MIG_ENV = ("NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all",
+           "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all")
+PRIVILEGED = ("CAP_SYS_ADMIN", "CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE")
 RSS_WRAPPER = """\
 import json, os, sys, time
 out, argv = sys.argv[1], sys.argv[2:]
@@ -58,27 +72,51 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 
 class Bench:
-    def __init__(self, work: Path, gpus: list[int]) -> None:
+    def __init__(self, work: Path, gpus: list[int], mig: bool = False) -> None:
         self.work = work
         self.rig = Rig(work, build_rootfs(work / "rootfs"))
         self.launcher = install_hook(work / "prefix")
         self.sims = {n: self._sim(n) for n in gpus}
+        self.mig = self._sim(64, MIG_SPEC) if mig else None
         self.peer = find_peer()
 
-    def _sim(self, gpus: int) -> tuple[Path, Path, HookEntry]:
+    def _sim(self, gpus: int, mig: str = "") -> tuple[Path, Path, HookEntry]:
         """(sim root, nvhook config with a timing log, the sim's /proc/driver step)."""
-        setup = create_sim_driver(self.work / f"sim-{gpus}", gpus, self.launcher)
+        tag = f"{gpus}-mig" if mig else str(gpus)
+        if mig:
+            root = self.work / f"sim-{tag}"
+            subprocess.run([*nvhook_command(), "sim", "create", str(root), "--gpus", str(gpus),
+                            "--ipc", "--mig", mig], check=True, capture_output=True)
+            setup = DriverSetup(root, root / "config.toml", (sim_prestart_entry(
+                root / "config.toml", self.launcher),), simulated=True)
+        else:
+            setup = create_sim_driver(self.work / f"sim-{tag}", gpus, self.launcher)
         assert setup.config is not None
         text = setup.config.read_text().replace("sim-procfs = true", "sim-procfs = false")
-        config = self.work / f"config-{gpus}.toml"
+        config = self.work / f"config-{tag}.toml"
         config.write_text(text.replace("[nvhook]\n", f'[nvhook]\ntiming-log = '
-                                                     f'"{self.work}/timing-{gpus}.jsonl"\n'))
+                                                     f'"{self.work}/timing-{tag}.jsonl"\n'
+                                                     f'cache-dir = "{self.work}/cache"\n'))
         step = setup.prestart[0]
         step = HookEntry(step.path, (*step.args, "--with-nvidia-dir"), step.env)
         return setup.root, config, step
 
     def hook(self, gpus: int) -> HookEntry:
         return nvhook_hook_entry(self.launcher, self.sims[gpus][1])
+
+    def mig_series(self) -> dict[str, Series]:
+        """The 64 x 7 MIG start of issue 19 (class 5), nvhook's and NVIDIA's when built."""
+        if self.mig is None:
+            return {}
+        root, config, step = self.mig
+        out = {"sim step + nvhook, 64x7 MIG, privileged, all": Series(
+            "nvhook-mig", (step, nvhook_hook_entry(self.launcher, config)), MIG_ENV,
+            PRIVILEGED)}
+        if self.peer:
+            nv = peer_config(self.work, root, self.peer[1], 6407)
+            out["sim step + NVIDIA, 64x7 MIG, privileged, all"] = Series(
+                "nv-mig", (step, peer_hook_entry(self.peer[0], nv)), MIG_ENV, PRIVILEGED)
+        return out
 
     def main_series(self) -> dict[str, Series]:
         n0 = min(self.sims)
@@ -131,13 +169,19 @@ def host_mounts(work: Path, count: int) -> None:
 def run_bench(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-"))
     try:
-        bench = Bench(work, args.gpus)
+        bench = Bench(work, args.gpus, mig=not args.no_mig)
         series = bench.main_series()
         bench.rig.measure(list(series.values()), args.runs)
+        mig = bench.mig_series()
+        if mig:  # its own rounds: a start takes ~0.5 s (and NVIDIA's far longer)
+            bench.rig.measure(list(mig.values()), args.mig_runs)
+            series.update(mig)
         results: dict[str, object] = {"runs": args.runs, "host": host_info(bench.peer),
                                       "series": {k: figures(s) for k, s in series.items()}}
         # the sequential series' records only (the load figures below append their own)
         results["phases_ms"] = {n: phase_medians(work / f"timing-{n}.jsonl") for n in args.gpus}
+        if mig:
+            results["phases_ms"]["64x7 MIG"] = phase_medians(work / "timing-64-mig.jsonl")
         if not args.no_load and 8 in bench.sims:
             results.update(load_figures(bench, series, args))
         return results
@@ -209,10 +253,18 @@ def host_info(peer: object) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--engines" in argv:  # its own options (bench/engines.py)
+        from engines_main import main as engines_main
+
+        return engines_main([a for a in argv if a != "--engines"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=20, help="timed rounds")
     parser.add_argument("--gpus", default="1,8,64", help="simulated GPU counts (comma list)")
     parser.add_argument("--rss-runs", type=int, default=5, help="runs of the RSS pass")
+    parser.add_argument("--no-mig", action="store_true",
+                        help="skip the 64 x 7 MIG series (issue 19, class 5)")
+    parser.add_argument("--mig-runs", type=int, default=5, help="rounds of the MIG series")
     parser.add_argument("--no-load", action="store_true",
                         help="skip RSS, concurrency and 1000-mount figures")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -221,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the runtime wrapper's series instead (bench/wrapper.py)")
     parser.add_argument("--real-driver", action="store_true",
                         help="info and GPU starts on the real-driver roots (bench/realdriver.py)")
+    parser.add_argument("--engines", action="store_true",
+                        help="docker/ctr end to end instead (bench/engines.py; "
+                             "--engines --help for its options)")
     args = parser.parse_args(argv)
     if args.real_driver:
         from realdriver import main as real_main  # bench/realdriver.py, next to this file

@@ -26,6 +26,7 @@ class Series:
     name: str
     hooks: tuple[HookEntry, ...] = ()
     env: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()  # () = container_spec's default (unprivileged)
     wall_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     failures: int = 0
@@ -59,7 +60,8 @@ class Rig:
     def bundle(self, series: Series) -> tuple[Path, str]:
         self.count += 1
         bundle = self.work / f"b{self.count}"
-        spec = container_spec(["/bin/true"], list(series.env), prestart=series.hooks)
+        extra = {"capabilities": series.capabilities} if series.capabilities else {}
+        spec = container_spec(["/bin/true"], list(series.env), prestart=series.hooks, **extra)
         write_bundle(bundle, self.rootfs, spec)
         return bundle, new_container_id("bench")
 

@@ -153,8 +153,15 @@ class Libc:
                 raise OSError(err, f"{what}: {os.strerror(err)}", path)
 
     def _sys(self, name: str, *args: object, path: str | None = None) -> int:
-        nr = self._nr[name]
-        return self._call(lambda: int(self._syscall(ctypes.c_long(nr), *args)), name, path)
+        """`_call` of syscall(2), inlined: the engine makes ~20 of these per mount."""
+        nr = ctypes.c_long(self._nr[name])
+        while True:
+            rc = int(self._syscall(nr, *args))
+            if rc != -1:
+                return rc
+            err = ctypes.get_errno()
+            if err != _errno.EINTR:
+                raise OSError(err, f"{name}: {os.strerror(err)}", path)
 
     def syscall(self, name: str, *args: object, path: str | None = None) -> int:
         """A raw syscall by name (the table above), EINTR retried, errors as OSError: for

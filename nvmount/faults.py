@@ -42,12 +42,15 @@ MAX_SLEEP = 60.0
 class Faults:
     """Records steps; when armed, raises OSError(EIO) at the nth step matching `prefix`."""
 
-    def __init__(self, prefix: str | None = None, nth: int = 1, sleep: float = 0.0) -> None:
+    def __init__(self, prefix: str | None = None, nth: int = 1, sleep: float = 0.0, *,
+                 record: bool = True) -> None:
         self.prefix = prefix  # None: never fail
         self.nth = nth
         self.sleep = sleep  # > 0: sleep at the step instead of failing
         self.steps: list[str] = []
         self._matched = 0
+        # whether a step's name is made at all: not for the hook's unarmed points (`from_env`)
+        self.wants = record or prefix is not None
 
     @classmethod
     def parse(cls, spec: str) -> Faults:
@@ -66,7 +69,7 @@ class Faults:
         debug run."""
         spec = environ.get(ENV_FAULT)
         if spec is None or not enabled or not debug:
-            return cls()
+            return cls(record=False)  # nothing to record: no step name is even made
         log.warning("fault injection armed: %s=%s", ENV_FAULT, spec)
         faults = cls.parse(spec)
         try:
@@ -79,8 +82,12 @@ class Faults:
     def armed(self) -> bool:
         return self.prefix is not None
 
-    def __call__(self, step: str) -> None:
-        """A fault point: call right before the effect named `step`."""
+    def __call__(self, step: object) -> None:
+        """A fault point: call right before the effect named `step` (a string, or an object
+        whose str() is the name: made only when recording or armed)."""
+        if not self.wants:
+            return
+        step = str(step)
         self.steps.append(step)
         if self.prefix is None or not step.startswith(self.prefix):
             return

@@ -85,6 +85,9 @@ def _build(stage: Path, tc: Toolchain, work: Path) -> None:
     for name, _ in catalog.BINARIES:
         if name != "nvidia-smi":
             shutil.copy2(tool, bin_dir / name)
+    tools = stage / catalog.SIM_TOOLS_DIR.lstrip("/")  # not a driver directory
+    tools.mkdir(parents=True, exist_ok=True)
+    build_program(tc, "prestart.c", tools / "nvsim-prestart")
 
 
 def _build_libraries(stage: Path, tc: Toolchain, work: Path, m32: bool) -> None:

@@ -101,6 +101,9 @@ BINARIES: tuple[tuple[str, str], ...] = (
 FIRMWARE: tuple[str, ...] = ("gsp_ga10x.bin", "gsp_tu10x.bin")
 
 PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
+# the simulation's own tools (nvsim-prestart: the /proc/driver step as a program), outside
+# every directory a driver or the engine looks at
+SIM_TOOLS_DIR = "/nvsim/bin"
 FABRICMANAGER_SOCKET = "/run/nvidia-fabricmanager/socket"
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
 

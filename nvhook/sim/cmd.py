@@ -2,7 +2,8 @@
 
     nvhook sim create DIR [--gpus N] [--mig SPEC] [--driver-version V] [--cuda-version V]
                           [--model NAME]... [--minors LIST] [--ipc] [--imex-channels N]
-                          [--no-32bit] [--build-cache CACHE] [--force] [--json]
+                          [--no-32bit] [--nvml-init-delay MS] [--build-cache CACHE]
+                          [--force] [--json]
     nvhook sim prestart [--with-nvidia-dir]      (an OCI prestart hook: state on stdin)
 
 `create` builds a driver root in DIR (see nvhook.sim); `nvhook --config DIR/config.toml ...`
@@ -55,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="a Jetson root: L4T mount specs for the CSV backend (mode csv)")
     create.add_argument("--wsl", action="store_true",
                         help="a WSL2 guest: /dev/dxg and a driver store under /usr/lib/wsl")
+    create.add_argument("--nvml-init-delay", type=int, default=0, metavar="MS",
+                        help="model GPUs without persistence mode: an nvmlInit that finds "
+                             "NVML uninitialised (a process's first) waits MS per GPU (NVIDIA "
+                             "documents 1-3 s per GPU)")
     create.add_argument("--build-cache", default=None, metavar="CACHE",
                         help="keep/reuse the compiled libraries and binaries in CACHE")
     create.add_argument("--force", action="store_true",
@@ -96,6 +101,7 @@ def _spec(args: argparse.Namespace) -> SimSpec:
         models=models, mig=parse_mig_spec(args.mig, args.gpus) if args.mig else (),
         minors=minors, ipc=args.ipc, compat32=not args.no_32bit,
         imex_channels=args.imex_channels, gated=args.gated, tegra=args.tegra, wsl=args.wsl,
+        nvml_init_delay_ms=max(args.nvml_init_delay, 0),
     )
 
 

@@ -9,6 +9,7 @@
 #include "nvsim.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #define NVML_API __attribute__((visibility("default")))
 
@@ -181,6 +182,25 @@ NVML_API const char *nvmlErrorString(nvmlReturn_t result)
 
 /* -- session ---------------------------------------------------------------------------- */
 
+/* A GPU without persistence mode is initialised by the first client that opens it and torn
+ * down when the last one exits: NVIDIA documents 1-3 s per GPU (ECC scrubbing; "Driver
+ * Persistence", docs.nvidia.com/deploy/driver-persistence). Each GPU's "Init Delay ms" is
+ * waited for whenever NVML initialises from nothing: a process's first nvmlInit, and the
+ * first after a full nvmlShutdown (the GPU had no client left, so it was torn down). */
+static void init_delay(const struct nvsim_state *st)
+{
+    unsigned long long ms = 0;
+    struct timespec ts;
+    int i;
+
+    for (i = 0; i < st->ngpus; ++i)
+        ms += st->gpu[i].init_delay_ms;
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        continue;
+}
+
 static nvmlReturn_t init_common(unsigned int flags)
 {
     nvmlReturn_t rc = NVML_SUCCESS;
@@ -194,6 +214,8 @@ static nvmlReturn_t init_common(unsigned int flags)
             rc = NVML_ERROR_DRIVER_NOT_LOADED;
         else if (loaded == NVSIM_MISMATCH)
             rc = NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+        if (loaded == NVSIM_OK)
+            init_delay(&g_state);
         for (i = 0; i < NVSIM_MAX_GPUS; ++i) {
             g_gpu_handles[i].gpu = i;
             g_gpu_handles[i].mig = -1;
@@ -754,7 +776,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnab
     INJECT();
     LOOKUP(device, &g, NULL);
     NEED(mode);
-    *mode = 1;
+    *mode = (nvmlEnableState_t)(g->persistence != 0);
     return NVML_SUCCESS;
 }
 

@@ -65,6 +65,8 @@ struct nvsim_gpu {
     unsigned power_limit_mw, sm_count;
     unsigned long long memory_mib;
     int mig_capable, mig_mode;
+    int persistence;              /* persistence mode (1 unless an init delay is modelled) */
+    unsigned init_delay_ms;       /* what NVML init waits for this GPU (no persistence) */
     int mig_count;
     struct nvsim_mig mig[NVSIM_MAX_MIG];
 };
@@ -256,6 +258,10 @@ static void nvsim_parse_extras(const char *path, struct nvsim_gpu *g)
             g->mig_mode = atoi(value);
         else if (strcmp(key, "MIG Device") == 0)
             nvsim_parse_mig(value, g);
+        else if (strcmp(key, "Persistence Mode") == 0)
+            g->persistence = atoi(value);
+        else if (strcmp(key, "Init Delay ms") == 0)
+            g->init_delay_ms = (unsigned)strtoul(value, NULL, 10);
     }
     fclose(f);
 }
@@ -271,6 +277,7 @@ static void nvsim_defaults(struct nvsim_gpu *g)
     g->subsys_id = 0x147f10de;
     g->power_limit_mw = 400000;
     g->sm_count = 108;
+    g->persistence = 1;
     nvsim_copy(g->vbios, sizeof(g->vbios), "92.00.45.00.03");
 }
 

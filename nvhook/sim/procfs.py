@@ -103,8 +103,9 @@ def power_text() -> str:
             " Video Memory Off:          Not Supported\n")
 
 
-def nvsim_text(gpu: SimGpu) -> str:
-    """The sim-only extras the fake NVML reads (see nvsim.h)."""
+def nvsim_text(gpu: SimGpu, delay_ms: int = 0) -> str:
+    """The sim-only extras the fake NVML reads (see nvsim.h); `delay_ms`: the GPU has no
+    persistence mode and NVML's initialisation waits that long for it."""
     model = catalog.MODELS.get(gpu.model, catalog.UNKNOWN_MODEL)
     lines = [
         f"Brand: {gpu.brand_code}",
@@ -118,6 +119,8 @@ def nvsim_text(gpu: SimGpu) -> str:
         f"Serial: {1324020000000 + gpu.index}",
         f"MIG Capable: {int(gpu.mig_capable)}",
         f"MIG Mode: {int(gpu.mig_enabled)}",
+        f"Persistence Mode: {int(not delay_ms)}",
+        f"Init Delay ms: {delay_ms}",
     ]
     lines += [f"MIG Device: {m.uuid} {m.gi} {m.ci} {m.profile} {m.memory_mib} {m.slices}"
               for m in gpu.mig_devices]
@@ -167,7 +170,7 @@ def write_proc(root: Path, spec: SimSpec, gpus: tuple[SimGpu, ...]) -> None:
         _write(gpu_dir / "information", information_text(gpu))
         _write(gpu_dir / "registry", registry_text())
         _write(gpu_dir / "power", power_text())
-        _write(gpu_dir / "nvsim", nvsim_text(gpu))
+        _write(gpu_dir / "nvsim", nvsim_text(gpu, spec.nvml_init_delay_ms))
         if gpu.mig_capable:
             (nvidia / "capabilities" / f"gpu{gpu.minor}" / "mig").mkdir(parents=True,
                                                                          exist_ok=True)

@@ -37,6 +37,10 @@ class SimSpec:
     gated: bool = False  # GDS, MOFED, NVSwitch and GDRCopy nodes and files (sim.gated)
     tegra: bool = False  # a Jetson root for the CSV backend, mode = "csv" (sim.tegra)
     wsl: bool = False  # a WSL2 guest: /dev/dxg and a driver store (sim.wsl)
+    # each GPU without persistence mode: an nvmlInit from nothing (a process's first, or the
+    # first after a full shutdown) waits this long per GPU (NVIDIA: 1-3 s per GPU; 0 =
+    # persistence mode on, no wait)
+    nvml_init_delay_ms: int = 0
 
 
 @record

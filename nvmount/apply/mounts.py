@@ -1,11 +1,11 @@
 """Mount primitives on file descriptors (apply stage; changes mounts).
 
 Sources are cloned on the HOST side, before entering the container's mount namespace
-(`clone_source`: O_PATH|O_NOFOLLOW, fstat type check, open_tree(OPEN_TREE_CLONE),
-propagation private). Inside the container namespace the detached clone is attached onto
-a target fd from `rootfs.Root` with move_mount (never following a symlink at the target).
-Flags are set with mount_setattr. Tree fds are owned by the caller (close them; keep them
-open until the plan succeeded if you want `detach` for rollback).
+(`clone_source`: open_tree(OPEN_TREE_CLONE|AT_SYMLINK_NOFOLLOW) of the host path, fstat type
+check of the clone, then flags and private propagation in one mount_setattr). Inside the
+container namespace the detached clone is attached onto a target fd from `rootfs.Root` with
+move_mount (never following a symlink at the target). Tree fds are owned by the caller (close
+them; keep them open until the plan succeeded if you want `detach` for rollback).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 
+from nvmount import _libc  # ctypes: the hook has loaded it before any mount
 from nvmount.errors import MountError, strerror
 from nvmount.log import get_logger
 
@@ -51,7 +52,6 @@ def check_source_mode(
 
 def mount_attrs(flags: MountFlag) -> int:
     """MOUNT_ATTR_* bits for our flags (pure)."""
-    from nvmount import _libc
     from nvmount.plan.types import MountFlag
 
     attrs = 0
@@ -65,33 +65,35 @@ def mount_attrs(flags: MountFlag) -> int:
 
 
 def clone_source(
-    host_path: str, kind: SourceKind, rdev: tuple[int, int] | None, libc: Libc
+    host_path: str, kind: SourceKind, rdev: tuple[int, int] | None, libc: Libc,
+    flags: MountFlag | None = None,
 ) -> int:
     """A detached, private, non-recursive clone of host `host_path`; returns the tree fd.
 
-    Checks the source's type against `kind` (regular file, directory, char device whose
-    st_rdev equals `rdev`, socket); a symlink or anything else is refused with
-    MountError "unexpected source file mode". Run before setns (host paths).
+    Checks the clone's type against `kind` (regular file, directory, char device whose
+    st_rdev equals `rdev`, socket); a symlink (never followed: AT_SYMLINK_NOFOLLOW) or
+    anything else is refused with MountError "unexpected source file mode". `flags`
+    (RDONLY, NOSUID, ...) are set with the private propagation, in the same mount_setattr.
+    Three syscalls: open_tree, fstat, mount_setattr. Run before setns (host paths).
     """
-    from nvmount import _libc
-
     try:
-        fd = os.open(host_path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        tree = libc.open_tree(_libc.AT_FDCWD, host_path, _libc.OPEN_TREE_CLONE
+                              | _libc.OPEN_TREE_CLOEXEC | _libc.AT_SYMLINK_NOFOLLOW)
     except OSError as err:
         raise MountError("open source", host_path, strerror(err)) from err
     try:
-        st = os.fstat(fd)
+        st = os.fstat(tree)
         why = check_source_mode(st.st_mode, st.st_rdev, kind, rdev)
         if why is not None:
             raise MountError("check source", host_path, why, hint="fix the driver root")
-        tree = libc.open_tree(
-            fd, "", _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC | _libc.AT_EMPTY_PATH
-        )
     except OSError as err:
+        os.close(tree)
         raise MountError("clone source", host_path, strerror(err)) from err
-    finally:
-        os.close(fd)
-    return _private(tree, libc, f"clone of {host_path}")
+    except BaseException:
+        os.close(tree)
+        raise
+    attrs = 0 if flags is None else mount_attrs(flags)
+    return _private(tree, libc, f"clone of {host_path}", attrs)
 
 
 def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -> None:
@@ -99,8 +101,6 @@ def apply_flags(tree_fd: int, flags: MountFlag, libc: Libc, *, what: str = "") -
 
     Only sets: flags the source mount already has (e.g. nosuid) are kept.
     """
-    from nvmount import _libc
-
     attrs = mount_attrs(flags)
     if not attrs:
         return
@@ -125,8 +125,6 @@ def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
     volume, T-LEAK). `tree_fd` then refers to the attached mount. `what` (a container path)
     names the target in errors.
     """
-    from nvmount import _libc
-
     groups = shared_groups(target_fd, procfs, libc) if procfs is not None else frozenset()
     if groups & host_peers:
         raise MountError(
@@ -148,8 +146,6 @@ def attach(tree_fd: int, target_fd: int, libc: Libc, *, what: str = "",
 
 def make_tmpfs(mode: int, flags: MountFlag, libc: Libc, *, what: str = "tmpfs") -> int:
     """A new detached, private tmpfs (fsopen/fsconfig mode=/fsmount) with `flags`; its fd."""
-    from nvmount import _libc
-
     try:
         fs = libc.fsopen("tmpfs")
     except OSError as err:
@@ -174,8 +170,6 @@ def detach(mount_fd: int, libc: Libc, procfs: ProcFs, *, mnt_id: int | None = No
     unmounted. The unmount goes through the procfs handle's magic link for the fd (cwd
     switched to the handle for the call), never through a path in the container.
     """
-    from nvmount import _libc
-
     try:
         have = mount_identity(mount_fd, procfs, libc)
         if mnt_id is not None and have != mnt_id:
@@ -274,13 +268,13 @@ def _shared_tags(line: str) -> frozenset[int]:
     return frozenset(int(t[7:]) for t in optional if t.startswith("shared:") and t[7:].isdigit())
 
 
-def _private(tree: int, libc: Libc, label: str) -> int:
-    """Make the detached mount `tree` private (no propagation); closes it on failure."""
-    from nvmount import _libc
-
+def _private(tree: int, libc: Libc, label: str, attrs: int = 0) -> int:
+    """Make the detached mount `tree` private (no propagation) and set `attrs` (MOUNT_ATTR_*)
+    in one call; closes it on failure."""
     try:
-        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, 0, 0, _libc.MS_PRIVATE)
+        libc.mount_setattr(tree, "", _libc.AT_EMPTY_PATH, attrs, 0, _libc.MS_PRIVATE)
     except OSError as err:
         os.close(tree)
-        raise MountError("make private", label, strerror(err)) from err
+        raise MountError("make private" if not attrs else "set mount flags on", label,
+                         strerror(err)) from err
     return tree

@@ -2,12 +2,12 @@
 
 Stage: apply. Two halves:
 
-- `clone_sources` (host side, BEFORE setns): every bind source is opened O_PATH|O_NOFOLLOW
-  on the host, type-checked and cloned with open_tree, so no source is ever resolved inside
-  the container (or through it);
+- `clone_sources` (host side, BEFORE setns): every bind source is cloned with open_tree on
+  the host (never following a last symlink), type-checked and given its flags, so no source
+  is ever resolved inside the container (or through it);
 - `apply_plan` (inside the container's mount namespace): each entry in order. Targets are
   resolved in the rootfs with fds (`rootfs.Root`), missing mountpoints are created as the
-  container owner, clones are attached with move_mount and flags set with mount_setattr.
+  container owner, clones are attached with move_mount.
   Tmpfs mounts are created writable (nosuid,nodev,noexec), filled, and made read-only at
   the end, after everything that lives inside them is in place.
 
@@ -63,13 +63,24 @@ class ApplyResult:
 
 
 class Step:
-    """One named step of applying a plan: the fields of `MountError` and of fault points."""
+    """One named step of applying a plan: the fields of `MountError` and of fault points.
+    `op` may be a (prefix, what) pair and `flags` a MountFlag: the text is made only when
+    needed (an error, a recording or armed fault point), not for every entry."""
 
-    __slots__ = ("flags", "link", "op", "source", "target")
+    __slots__ = ("_flags", "_op", "link", "source", "target")
 
-    def __init__(self, op: str, target: str = "", *, source: str = "", link: str = "",
-                 flags: str = "") -> None:
-        self.op, self.target, self.source, self.link, self.flags = op, target, source, link, flags
+    def __init__(self, op: str | tuple[str, str], target: str = "", *, source: str = "",
+                 link: str = "", flags: str | MountFlag = "") -> None:
+        self._op, self.target, self.source, self.link, self._flags = (op, target, source, link,
+                                                                      flags)
+
+    @property
+    def op(self) -> str:
+        return self._op if isinstance(self._op, str) else " ".join(self._op)
+
+    @property
+    def flags(self) -> str:
+        return self._flags if isinstance(self._flags, str) else self._flags.names()
 
     def __str__(self) -> str:
         return step_text(self.op, self.target, source=self.source, link=self.link,
@@ -81,18 +92,19 @@ class Step:
 
 
 def bind_step(entry: Bind) -> Step:
-    return Step(f"mount {entry.what}", entry.target, source=entry.source,
-                flags=entry.flags.names())
+    return Step(("mount", entry.what), entry.target, source=entry.source, flags=entry.flags)
 
 
 def tmpfs_step(entry: Tmpfs) -> Step:
-    return Step(f"mount {entry.what}", entry.target, source="tmpfs", flags=entry.flags.names())
+    return Step(("mount", entry.what), entry.target, source="tmpfs", flags=entry.flags)
 
 
-def run_step(step: Step, faults: Faults, action: Callable[[], T]) -> T:
-    """Fault point, then `action`; failures become one NvmountError naming `step`."""
+def run_step(step: Step, faults: Faults | None, action: Callable[[], T]) -> T:
+    """Fault point (none: `faults` None), then `action`; failures become one NvmountError
+    naming `step`."""
     try:
-        faults(str(step))
+        if faults is not None:
+            faults(step)
         return action()
     except OSError as err:
         raise step.error((err.strerror or str(err)).lower()) from err
@@ -110,9 +122,9 @@ def clone_sources(plan: MountPlan, libc: Libc, faults: Faults | None = None) -> 
         for entry in plan.entries:
             if isinstance(entry, Bind) and entry not in sources:
                 sources[entry] = run_step(
-                    Step(f"open source {entry.what}", entry.source), faults,
+                    Step(("open source", entry.what), entry.source), faults,
                     lambda e=entry: mounts.clone_source(  # type: ignore[misc]
-                        e.source, e.kind, e.rdev, libc))
+                        e.source, e.kind, e.rdev, libc, e.flags))
     except BaseException:
         close_sources(sources)
         raise
@@ -179,14 +191,13 @@ class _Applier:
             pass
 
     def bind(self, entry: Bind, step: Step | None = None) -> None:
-        tree = self.sources[entry]
-        mounts.apply_flags(tree, entry.flags, self.libc, what=entry.target)
+        tree = self.sources[entry]  # its flags are set (`clone_sources`)
         self.faults(f"mountpoint {entry.target}")
         uid, gid = self.owner
         fd, created = self.root.ensure_mountpoint(entry.target, entry.kind, uid, gid)
         self.created(created)
         try:
-            self.faults(str(step or bind_step(entry)))
+            self.faults(step or bind_step(entry))
             self.attach(tree, fd, entry.target)
         finally:
             os.close(fd)
@@ -196,7 +207,7 @@ class _Applier:
         fd, created = self._tmpfs_target(entry)
         self.created(created)
         try:
-            self.faults(str(tmpfs_step(entry)))
+            self.faults(tmpfs_step(entry))
             early = entry.flags & ~MountFlag.RDONLY
             tree = mounts.make_tmpfs(entry.mode, early, self.libc, what=entry.target)
             self.journal.on_close(lambda: os.close(tree))
@@ -242,7 +253,7 @@ class _Applier:
     def seal(self) -> None:
         """Read-only (and the rest of the flags) on every tmpfs, last."""
         for entry, tree in self.tmpfs:
-            run_step(Step(f"seal {entry.what}", entry.target, flags=entry.flags.names()),
+            run_step(Step(("seal", entry.what), entry.target, flags=entry.flags),
                      self.faults,
                      lambda e=entry, t=tree: mounts.apply_flags(  # type: ignore[misc]
                          t, e.flags, self.libc, what=e.target))
@@ -267,16 +278,16 @@ class _Applier:
                 self.skipped.append(entry.target)
 
     def run(self, entry: Tmpfs | WriteFile | Bind | Symlink) -> None:
-        if isinstance(entry, Bind):
+        if isinstance(entry, Bind):  # its fault point is in `bind`, after the mount point
             step = bind_step(entry)
-            run_step(step, Faults(), lambda: self.bind(entry, step))
+            run_step(step, None, lambda: self.bind(entry, step))
         elif isinstance(entry, Tmpfs):
-            run_step(tmpfs_step(entry), Faults(), lambda: self.tmpfs_mount(entry))
+            run_step(tmpfs_step(entry), None, lambda: self.tmpfs_mount(entry))
         elif isinstance(entry, WriteFile):
-            run_step(Step(f"write {entry.what}", entry.target), self.faults,
+            run_step(Step(("write", entry.what), entry.target), self.faults,
                      lambda: self.write_file(entry))
         else:
-            run_step(Step(f"symlink {entry.what}", entry.target, link=entry.link), self.faults,
+            run_step(Step(("symlink", entry.what), entry.target, link=entry.link), self.faults,
                      lambda: self.symlink(entry))
 
 

@@ -83,8 +83,9 @@ def format_rule(rule: DeviceRule) -> str:
 
 
 def validate_rules(rules: Sequence[DeviceRule]) -> tuple[DeviceRule, ...]:
-    """The rules in order without duplicates; CgroupError for anything not a plain char rule."""
-    out: list[DeviceRule] = []
+    """The rules in order without duplicates; CgroupError for anything not a plain char rule.
+    Linear (a dict of the rules seen): a 64-GPU MIG config request has ~9000 rules."""
+    out: dict[DeviceRule, None] = {}
     for rule in rules:
         where = f" ({rule.what})" if rule.what else ""
         if not (0 <= rule.major <= MAX_MAJOR and 0 <= rule.minor <= MAX_MINOR):
@@ -94,8 +95,7 @@ def validate_rules(rules: Sequence[DeviceRule]) -> tuple[DeviceRule, ...]:
         if not access or set(access) - set(ACCESS_ORDER) or len(set(access)) != len(access):
             raise CgroupError(f"device rule c {rule.major}:{rule.minor}{where}: access "
                               f"{access!r} must be letters of 'rwm' without repeats")
-        if rule not in out:
-            out.append(rule)
+        out.setdefault(rule)
     return tuple(out)
 
 

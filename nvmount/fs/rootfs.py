@@ -116,11 +116,12 @@ class Root(RootDir):
         parent, name = split_leaf(path)
         walker = Walker(self, uid, gid, 0o755)
         try:
-            pfd = self._parent(walker, parent)
+            pfd, owned = self._parent(walker, parent)
             try:
                 fd = walker.leaf_file(pfd, name, mode, reuse)
             finally:
-                os.close(pfd)
+                if owned:
+                    os.close(pfd)
         except OSError as err:
             raise self._error("create mount point", path, err, walker.created) from err
         except PathError:
@@ -128,19 +129,18 @@ class Root(RootDir):
             raise
         return fd, tuple(walker.created)
 
-    def _parent(self, walker: Walker, parent: str) -> int:
-        """A directory fd for `parent`: walked once, then reused while `remember_dirs` is on
-        (many driver files share a directory). A reused fd is re-verified inside the rootfs
-        by the leaf step (`real_path`) before anything is created in it."""
+    def _parent(self, walker: Walker, parent: str) -> tuple[int, bool]:
+        """(a directory fd for `parent`, whether the caller owns it): walked once, then lent
+        from the cache while `remember_dirs` is on (many driver files share a directory;
+        the cache keeps and closes it). A reused fd is re-verified inside the rootfs by the
+        leaf step (`real_path`) before anything is created in it."""
         cache = self._dir_cache
         if cache is None:
-            return walker.walk(parent)
+            return walker.walk(parent), True
         fd = cache.get(parent)
         if fd is None:
-            fd = walker.walk(parent)
-            cache[parent] = os.dup(fd)
-            return fd
-        return os.dup(fd)
+            fd = cache[parent] = walker.walk(parent)
+        return fd, False
 
     def remember_dirs(self, on: bool) -> None:
         """Reuse walked parent directories for file mount points (`_parent`); switch off (or

@@ -140,7 +140,7 @@ class Walker:
 
     def _mkdir(self, cur: int, real: str, comp: str) -> int:
         try:
-            os.mkdir(comp, 0o700, dir_fd=cur)
+            os.mkdir(comp, self.mode & 0o777, dir_fd=cur)  # `_own` corrects umask and setgid
         except FileExistsError:  # raced with a creator: look again, never follow blindly
             return os.open(comp, _PATH | os.O_NOFOLLOW, dir_fd=cur)
         fd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=cur)
@@ -153,21 +153,31 @@ class Walker:
         return fd
 
     def _own(self, fd: int, mode: int, real: str, name: str, kind: EntryKind) -> None:
-        """chown/chmod a fresh entry through its fd and record it."""
+        """chown/chmod a fresh entry through its fd and record it. Each only when the entry
+        does not have it yet (made with `mode`, as root: usually only the umask or a setgid
+        parent differs, and a root container's owner is ours): a metadata write per entry
+        less on the image's filesystem."""
         st = os.fstat(fd)
         self.created.append(
             Created(posixpath.join(real, name), real, name, kind, st.st_dev, st.st_ino)
         )
-        os.fchmod(fd, mode)  # first: once the owner is not us, chmod would need CAP_FOWNER
-        os.fchown(fd, self.uid, self.gid)
+        if stat.S_IMODE(st.st_mode) != mode:  # first: once the owner is not us, chmod
+            os.fchmod(fd, mode)  # would need CAP_FOWNER
+        if (st.st_uid, st.st_gid) != (self.uid, self.gid):
+            os.fchown(fd, self.uid, self.gid)
 
     def leaf_file(self, pfd: int, name: str, mode: int, reuse: int) -> int:
-        """An fd on file `name` in dir `pfd`: reused, created, or replacing a special entry."""
+        """An fd on file `name` in dir `pfd`: created, reused, or replacing a special entry.
+        Created first (O_EXCL, never following a link): an image rarely has the file."""
         real = self.root.real_path(pfd)
         where = posixpath.join(real, name)
         try:
+            return self._create_file(pfd, real, name, mode)
+        except FileExistsError:
+            pass
+        try:
             fd = os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=pfd)
-        except FileNotFoundError:
+        except FileNotFoundError:  # removed since: create it after all (or fail)
             return self._create_file(pfd, real, name, mode)
         try:
             keep = self._judge_leaf(pfd, name, where, fd, reuse)
@@ -210,7 +220,7 @@ class Walker:
 
     def _create_file(self, pfd: int, real: str, name: str, mode: int) -> int:
         flags = os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-        fd = os.open(name, flags, 0o600, dir_fd=pfd)
+        fd = os.open(name, flags, mode & 0o777, dir_fd=pfd)  # `_own` corrects the umask
         try:
             self._own(fd, mode, real, name, EntryKind.FILE)
             self.root.real_path(fd)
@@ -221,8 +231,23 @@ class Walker:
         return fd
 
     def leaf_symlink(self, pfd: int, name: str, link_text: str) -> None:
+        """Create symlink `name` in `pfd`, never replacing anything there. Made in place
+        (symlinkat fails on any existing entry) when it is born with the wanted owner;
+        otherwise at a random name, chowned, then renamed into place with RENAME_NOREPLACE,
+        so that it never shows with another owner."""
         real = self.root.real_path(pfd)
         where = posixpath.join(real, name)
+        if self._born_owned(pfd):
+            try:
+                os.symlink(link_text, name, dir_fd=pfd)
+            except FileExistsError:
+                log.info("keep existing %s (not replacing it with a symlink)", where)
+                return
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev,
+                                        st.st_ino))
+            log.debug("created symlink %s -> %s", where, link_text)
+            return
         try:
             os.stat(name, dir_fd=pfd, follow_symlinks=False)
         except FileNotFoundError:
@@ -233,8 +258,9 @@ class Walker:
         tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
         os.symlink(link_text, tmp, dir_fd=pfd)
         try:
-            os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
             st = os.stat(tmp, dir_fd=pfd, follow_symlinks=False)
+            if (st.st_uid, st.st_gid) != (self.uid, self.gid):  # not yet the owner's
+                os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
             from nvmount import _libc
 
             self.root.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE)
@@ -247,3 +273,9 @@ class Walker:
             raise
         self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
         log.debug("created symlink %s -> %s", where, link_text)
+
+    def _born_owned(self, pfd: int) -> bool:
+        """Whether an entry made in directory `pfd` is born owned by uid:gid: we are that
+        user and group (root for a root container) and `pfd` is not setgid."""
+        return ((os.geteuid(), os.getegid()) == (self.uid, self.gid)
+                and not os.fstat(pfd).st_mode & stat.S_ISGID)

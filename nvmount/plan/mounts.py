@@ -132,8 +132,10 @@ def csv_entries(drawing: list[Bind], inventory: DriverInventory) -> tuple[
 def selected_gpus(inventory: DriverInventory, selection: Selection) -> tuple[Gpu, ...]:
     """Selected GPUs plus the parents of selected MIG devices, in inventory order."""
     wanted = {g.uuid for g in selection.gpus}
-    for mig in selection.mig_devices:
-        wanted.update(g.uuid for g in inventory.gpus if mig in g.mig_devices)
+    migs = {m.uuid for m in selection.mig_devices}
+    if migs:  # one pass over the GPUs' MIG devices (not one per selected MIG device)
+        wanted.update(g.uuid for g in inventory.gpus
+                      if any(m.uuid in migs for m in g.mig_devices))
     return tuple(g for g in inventory.gpus if g.uuid in wanted)
 
 

@@ -232,8 +232,9 @@ def requirement_facts(inventory: DriverInventory, selection: Selection) -> tuple
         replace(base, arch=g.architecture, brand=g.brand, device=f"GPU {g.index} ({g.uuid})")
         for g in selection.gpus
     ]
+    parents = {g.index: g for g in reversed(selection.gpus)}  # the first wins, as parent_of
     for mig in selection.mig_devices:
-        parent = selection.parent_of(mig)
+        parent = parents.get(mig.gpu_index) or selection.parent_of(mig)
         facts.append(replace(base, arch=parent.architecture, brand=parent.brand,
                              device=f"MIG device {parent.index}:{mig.index} ({mig.uuid})"))
     return tuple(facts) or (base,)

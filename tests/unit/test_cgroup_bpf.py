@@ -28,6 +28,7 @@ from nvmount.cgroup.bpf import (
     decode,
     encode,
     extend_program,
+    program_length,
     prologue,
     rule_block,
     unreloadable_reason,
@@ -64,6 +65,12 @@ def run(insns: Sequence[Insn], dev_type: int, access: int, major: int, minor: in
             regs[i.dst] &= i.imm & M32
         elif i.code == 0x74:
             regs[i.dst] = (regs[i.dst] & M32) >> i.imm
+        elif i.code == 0x64:
+            regs[i.dst] = (regs[i.dst] << i.imm) & M32
+        elif i.code == 0x4C:
+            regs[i.dst] = (regs[i.dst] | regs[i.src]) & M32
+        elif i.code == 0x26:
+            pc += i.off if (regs[i.dst] & M32) > (i.imm & M32) else 0
         elif i.code == 0xB4:
             regs[i.dst] = i.imm & M32
         elif i.code == 0xBC:
@@ -110,17 +117,47 @@ def test_extended_program_semantics(ctx: tuple[int, int, int, int], want: int) -
 def test_block_jumps_land_after_the_block() -> None:
     block = rule_block(DeviceRule(195, 7))
     assert len(block) == BLOCK_LEN
-    for n, insn in enumerate(block):
-        if insn.code in (0x56, 0x5E):
-            assert n + 1 + insn.off == BLOCK_LEN
+    jumps = [(n, insn) for n, insn in enumerate(block) if insn.code & 0x07 in (0x05, 0x06)
+             and insn.code != 0x95]
+    assert [n + 1 + insn.off for n, insn in jumps] == [BLOCK_LEN]  # one branch per rule
     assert all(i.dst != 1 for i in (*prologue(), *block)), "r1 (ctx) must stay untouched"
+
+
+def test_every_check_jumps_to_the_old_program_or_the_next_block() -> None:
+    old = decode(encode(OLD_ALLOWS_NULL))
+    new = extend_program(GPU_RULES, old)
+    starts = {len(new) - len(old)}
+    for n, insn in enumerate(new[:-len(old)]):
+        if insn.code in (0x56, 0x5E, 0x26):
+            target = n + 1 + insn.off
+            assert target == len(new) - len(old) or new[target - 1].code == 0x95, n
+            starts.add(target)
+    assert all(i.dst != 1 for i in new[:-len(old)]), "r1 (ctx) must stay untouched"
 
 
 def test_extend_keeps_old_instructions_verbatim() -> None:
     old = decode(encode(OLD_ALLOWS_NULL))
     new = extend_program(GPU_RULES, old)
     assert new[-len(old):] == old
-    assert len(new) == len(prologue()) + BLOCK_LEN * len(GPU_RULES) + len(old)
+    assert len(new) == program_length(len(GPU_RULES), 2, len(old))  # "rw" and "rwm"
+
+
+def test_program_grows_by_one_block_per_rule() -> None:
+    """Linear, with one conditional jump per rule: the verifier's pending branches do not
+    grow with the rules (one check per field refused ~2700 rules and more)."""
+    rules = [DeviceRule(237, m) for m in range(9000)]
+    program = extend_program(rules, DENY_ALL)
+    assert len(program) == program_length(9000, 1, len(DENY_ALL))
+    branches = sum(1 for i in program if i.code in (0x56, 0x5E, 0x26))
+    assert branches == 9000 + 1 + 3
+    assert run(program, DEV_CHAR, RW, 237, 8999) == 1
+    assert run(program, DEV_CHAR, RW, 237, 9000) == 0
+
+
+@pytest.mark.parametrize(("major", "minor"), [(195, 1 << 20), (1 << 12, 0), (0, 195 << 20)],
+                         ids=["minor-past-20-bits", "major-past-12-bits", "aliasing-key"])
+def test_out_of_range_numbers_never_alias_a_rule(major: int, minor: int) -> None:
+    assert run(extend_program(GPU_RULES, DENY_ALL), DEV_CHAR, RW, major, minor) == 0
 
 
 @pytest.mark.parametrize(("insn", "little", "big"), [
@@ -360,3 +397,27 @@ def _extend_twice(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
 def test_v2_extended_program_can_be_extended_again() -> None:
     """The kernel's xlated form of our own output reloads (a second hook run, or a restart)."""
     scenario(_extend_twice)
+
+
+MANY = {"cap-first": (237, 0), "cap-last": (237, 8999), "cap-past": (237, 9000)}
+
+
+def _many_rules(libc: L.Libc, cg: str, nodes: dict[str, str]) -> None:
+    attach(libc, cg, allowlist_program(RUNC_LIKE))
+    tmp = os.path.dirname(nodes["null"])
+    caps = make_nodes(tmp, MANY)
+    rules = [DeviceRule(195, 0), *(DeviceRule(237, m) for m in range(9000))]
+    with CgroupProbe(f"{cg}/cgroup.procs") as probe:
+        change = allow_devices(CgroupTarget(2, cg), rules, libc)
+        assert probe.open_errno(caps["cap-first"]) == errno.ENXIO
+        assert probe.open_errno(caps["cap-last"]) == errno.ENXIO
+        assert probe.open_errno(caps["cap-past"]) == errno.EPERM
+        assert probe.open_errno(nodes["null"]) == 0
+        change.undo()
+        assert probe.open_errno(caps["cap-last"]) == errno.EPERM
+
+
+def test_v2_verifier_takes_nine_thousand_rules() -> None:
+    """64 GPUs x 7 MIG with mig-config (issue 19, class 5): ~8800 rules. One check per
+    field was refused by the verifier ("The sequence of 8193 jumps is too complex")."""
+    scenario(_many_rules)

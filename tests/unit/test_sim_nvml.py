@@ -241,3 +241,34 @@ def test_32bit_nvml_finds_the_same_gpus(sim_root: SimRoot, tmp_path: Path) -> No
                          check=False, env={"LD_LIBRARY_PATH": sim_root.lib32_dir})
     assert out.returncode == 0, out.stdout
     assert out.stdout.split() == [g.uuid for g in sim_root.gpus]
+
+
+INIT_PROBE = """
+import ctypes, sys, time
+nvml = ctypes.CDLL(sys.argv[1])
+start = time.monotonic()
+rc = nvml.nvmlInit_v2()
+took = time.monotonic() - start
+dev, mode = ctypes.c_void_p(), ctypes.c_uint(9)
+nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev))
+nvml.nvmlDeviceGetPersistenceMode(dev, ctypes.byref(mode))
+again = time.monotonic()
+nvml.nvmlInit_v2()  # the process's GPUs are initialised: no second wait
+print(rc, round(took, 3), mode.value, round(time.monotonic() - again, 3))
+"""
+
+
+@pytest.mark.parametrize("delay_ms", [0, 150], ids=["persistence-mode", "no-persistence"])
+def test_nvml_init_delay_models_a_gpu_without_persistence_mode(
+        sim_root_factory: SimRootFactory, delay_ms: int) -> None:
+    """`nvhook sim create --nvml-init-delay MS`: each process's first nvmlInit waits MS per
+    GPU (the bench's slow-NVML scenario), and the GPUs report persistence mode off."""
+    sim = sim_root_factory(SimSpec(gpus=2, nvml_init_delay_ms=delay_ms))
+    out = subprocess.run([sys.executable, "-c", INIT_PROBE, sim.nvml_path], capture_output=True,
+                         text=True, check=True, env=sim.env()).stdout.split()
+    rc, took, mode, again = int(out[0]), float(out[1]), int(out[2]), float(out[3])
+    assert rc == 0
+    assert mode == (0 if delay_ms else 1)
+    assert took >= 2 * delay_ms / 1000  # per GPU
+    assert took < 2 * delay_ms / 1000 + 0.1
+    assert again < 0.05

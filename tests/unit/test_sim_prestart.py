@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.sim import SimRootFactory
+
 pytestmark = pytest.mark.root
 
 
@@ -107,3 +109,51 @@ def test_prestart_names_a_missing_process(container: tuple[int, Path]) -> None:
     out = run_prestart(2**22 + 7, bundle)
     assert out.returncode == 1
     assert "open the mount namespace" in out.stderr
+
+
+def run_c_step(sim_path: str, pid: int, bundle: Path, *args: str
+               ) -> subprocess.CompletedProcess[str]:
+    state = {"ociVersion": "1.0.2", "id": "sim", "status": "creating", "pid": pid,
+             "bundle": str(bundle)}
+    return subprocess.run([f"{sim_path}/nvsim/bin/nvsim-prestart", *args],
+                          input=json.dumps(state), capture_output=True, text=True, check=False,
+                          cwd=bundle)
+
+
+def test_the_c_step_mounts_alike_and_hands_the_state_on(
+        container: tuple[int, Path], sim_root_factory: SimRootFactory, tmp_path: Path) -> None:
+    """nvsim-prestart (the step as a program, for benchmarks): the same tmpfs, then the next
+    hook runs in the hook's own namespace and directory with the same state on stdin."""
+    pid, bundle = container
+    seen = tmp_path / "seen"
+    after = tmp_path / "next-hook"
+    after.write_text(f"#!/bin/sh\ncat > {seen}\necho \"$* $(pwd) "
+                     f"$(readlink /proc/self/ns/mnt)\" >> {seen}\n")
+    after.chmod(0o755)
+    out = run_c_step(sim_root_factory().path, pid, bundle, "--with-nvidia-dir", "--then",
+                     str(after), "next", "prestart")
+    assert out.returncode == 0, out.stderr
+    target = str(bundle / "rootfs/proc/driver")
+    fstype, options = mounts_of(pid)[target]
+    assert fstype == "tmpfs" and {"nosuid", "nodev", "noexec"} <= set(options.split(","))
+    assert os.listdir(f"/proc/{pid}/root{target}") == ["nvidia"]
+    assert os.listdir(target) == []
+    state, line = seen.read_text().rsplit("}", 1)
+    assert json.loads(state + "}")["pid"] == pid
+    assert line.split() == ["prestart", str(bundle), os.readlink("/proc/self/ns/mnt")]
+
+
+def test_the_c_step_stays_inside_the_rootfs(container: tuple[int, Path],
+                                            sim_root_factory: SimRootFactory,
+                                            tmp_path: Path) -> None:
+    pid, bundle = container
+    host_dir = tmp_path / "host" / "driver"
+    host_dir.mkdir(parents=True)
+    proc_dir = bundle / "rootfs/proc"
+    (proc_dir / "driver").rmdir()
+    proc_dir.rmdir()
+    proc_dir.symlink_to(host_dir.parent)
+    out = run_c_step(sim_root_factory().path, pid, bundle)
+    assert out.returncode == 1
+    assert "resolve proc/driver in" in out.stderr
+    assert str(host_dir) not in mounts_of(pid)

@@ -360,3 +360,27 @@ def test_mig_devices_need_their_capabilities(sim_root_factory: SimRootFactory) -
         f"GPU 0: {gpu.model} (UUID: {gpu.uuid})",
         f"  MIG 1g.10gb     Device  0: (UUID: {third.uuid})",
     ]
+
+
+def test_large_image_libraries_are_in_the_images_own_cache(tmp_path: Path) -> None:
+    """nvhook.sim.image (the bench's large image): libraries over N directories, SONAME
+    links, the directories configured, and the image's ld.so.cache lists every one."""
+    from nvhook.sim.image import add_libraries
+    from nvmount.discover.elf import parse_elf
+
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    dirs = add_libraries(rootfs, count=30, dirs=6)
+    assert len(dirs) == 6 and dirs[0] == "/usr/lib/x86_64-linux-gnu"
+    conf = (rootfs / "etc/ld.so.conf.d/nvsim-image.conf").read_text().split()
+    assert conf == list(dirs)
+    listing = subprocess.run(["/sbin/ldconfig", "-r", str(rootfs), "-p"], capture_output=True,
+                             text=True, check=True).stdout
+    names = [line.split()[0] for line in listing.splitlines() if line.startswith("\t")]
+    assert sorted(names) == [f"libnvsimapp{n:04d}.so.1" for n in range(30)]
+    assert "(libc6,x86-64)" in listing
+    lib = rootfs / dirs[1].lstrip("/") / "libnvsimapp0001.so.1"
+    assert os.readlink(lib) == "libnvsimapp0001.so.1.2.3"
+    with open(lib, "rb") as f:
+        info = parse_elf(lambda off, size: (f.seek(off), f.read(size))[1])
+    assert info.soname == "libnvsimapp0001.so.1"
