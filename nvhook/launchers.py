@@ -10,6 +10,10 @@ dependencies were found in at install time to `sys.path`, after the standard lib
     cli      nvidia-container-cli                                 nvhook.nvcli.cmd.main
     runtime  nvidia-container-runtime, nvhook-runtime             nvhook.runtime.wrapper.main
 
+`runtime` is a POSIX sh script instead (`nvhook.runtime.launcher`): it execs the low-level
+runtime itself for every call that cannot concern GPUs and starts the Python wrapper, as above,
+only for the rest.
+
 `hook` and `cli` run as host root on behalf of a container (runc's hook with its cwd in the
 bundle; containerd's `oci-hook` with ctr's environment): they re-execute themselves once
 without dynamic-loader variables (LD_*, GCONV_PATH, ...), record the working directory and
@@ -88,16 +92,18 @@ _ENTRY = {
             "    os._exit(0)\nfrom nvhook.cli import main\n\n"
             + _FAST_EXIT.format(args="cwd=_cwd, stdin=_stdin"),
     "cli": "from nvhook.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
-    "runtime": "from nvhook.runtime.wrapper import main\n\nsys.exit(main())\n",
 }
 
 
 def render(kind: str, python: str, paths: list[str], *, version: str,
            loader: tuple[str, ...], xoption: str, config: str | None = None) -> str:
     """The launcher text of `kind` for interpreter `python` importing from `paths`."""
+    if kind == "runtime":  # a POSIX sh front that starts Python only when it must
+        from nvhook.runtime.launcher import render as render_runtime
+
+        return render_runtime(python, paths, version=version, marker=MARKER, config=config)
     text = _HEAD.format(python=python, marker=MARKER, kind=kind, version=version)
-    if kind != "runtime":
-        text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption)
+    text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption)
     if config:
         text += _CONFIG.format(env=CONFIG_ENV.encode(), config=config.encode())
     text += f"sys.path.extend({paths!r})\n" + _GUARD.format(paths=", ".join(paths))

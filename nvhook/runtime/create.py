@@ -3,9 +3,10 @@
 Stage: between runc's command line and runc. Reads config.json once; writes it at most once.
 
 1. A cheap look at the raw bytes (`may_want_gpus`): a config.json that names none of
-   NVIDIA_VISIBLE_DEVICES, CUDA_VERSION, the configured swarm variables (and, when volume-mount
-   device lists are accepted, `nvidia-container-devices`) and has no `\\u` escape cannot be a
-   GPU container: it is passed on untouched, nothing more is imported.
+   NVIDIA_VISIBLE_DEVICES, CUDA_VERSION, the CDI annotation prefixes, the configured swarm
+   variables (and, when volume-mount device lists are accepted, `nvidia-container-devices`)
+   and has no `\\u` or `\\/` escape cannot be a GPU container: it is passed on untouched,
+   nothing more is imported (the launcher makes this test itself, `Settings.needles`).
 2. CDI device names (in NVIDIA_VISIBLE_DEVICES, or `cdi.k8s.io/` annotations): their edits
    from the CDI spec dirs (`nvhook.cdi.resolve`), and nothing else.
 3. Otherwise the hook's own decision (`nvhook.request.derive_request`, on the same bytes, with
@@ -45,12 +46,9 @@ HOOK_FALLBACK = "/usr/bin/nvidia-container-runtime-hook"
 
 
 def may_want_gpus(data: bytes, settings: Settings) -> bool:
-    """False only when config.json cannot ask for GPUs (step 1 of the module docstring)."""
-    needles = [b"NVIDIA_VISIBLE_DEVICES", b"CUDA_VERSION", b"\\u", b"cdi.k8s.io/"]
-    needles += [name.encode("utf-8", "replace") for name in settings.swarm_variables()]
-    if settings.volume_mounts:
-        needles.append(b"nvidia-container-devices")
-    return any(needle in data for needle in needles)
+    """False only when config.json cannot ask for GPUs (step 1 of the module docstring; the
+    sh launcher makes the same test with `grep -F`)."""
+    return any(n.encode("utf-8", "surrogateescape") in data for n in settings.needles())
 
 
 def prepare_bundle(bundle_dir: str, settings: Settings, log: RuntimeLog,

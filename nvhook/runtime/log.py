@@ -44,6 +44,14 @@ class RuntimeLog:
         self._files = files
         self._streams: list[tuple[int, bool]] | None = None
 
+    def configure(self, level: str, debug_file: str) -> None:
+        """The config's level and debug file, once it is loaded (runc's --log file is known
+        from the command line before, so an error loading the config reaches it too)."""
+        if self.level < LEVELS["debug"]:  # --debug on the command line wins
+            self.level = LEVELS.get(level, LEVELS["info"])
+        if debug_file and debug_file != "/dev/null" and self._streams is None:
+            self._files.insert(0, (debug_file, False))
+
     def enabled(self, level: str) -> bool:
         return LEVELS[level] <= self.level
 
