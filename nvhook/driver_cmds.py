@@ -48,7 +48,7 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
 
     cfg = load_config(opts.config_path, os.environ)
     discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory,
-                        sys_root=cfg.nvhook.sys_root)
+                        sys_root=cfg.nvhook.sys_root, nvml_timeout=cfg.nvhook.nvml_timeout)
     return discover_driver(cfg.cli.root or "/", cfg.cli.ldcache or "/etc/ld.so.cache",
                            cfg.nvhook.proc_root or "/proc", options=discovery)
 

@@ -93,6 +93,20 @@ def refresh_facts(path: str, settings: Settings, log: RuntimeLog) -> bool:
     return True
 
 
+def prime_facts(recorded: str | None) -> bool:
+    """`nvhook install`: the facts of the config its launchers will read (none when it does
+    not load: the first call then reaches the wrapper, which reports the error)."""
+    from nvhook.errors import ConfigError
+    from nvhook.runtime.log import RuntimeLog
+    from nvhook.runtime.settings import load_settings
+
+    try:
+        settings = load_settings({}, recorded)
+    except ConfigError:
+        return False
+    return refresh_facts(facts_path(recorded), settings, RuntimeLog())
+
+
 def read_runtimes(path: str) -> tuple[str, ...]:
     """The runtime candidates of a facts file, whatever config it names (() when unusable):
     what a non-create call falls back to when the config file cannot be loaded."""

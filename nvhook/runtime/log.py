@@ -102,3 +102,25 @@ class RuntimeLog:
             except OSError:
                 pass
         self._streams = []
+
+
+def engine_sink(log: RuntimeLog) -> object:
+    """An `nvmount.log.Sink` that hands the engine's records to `log` (a spec delivery's
+    discovery and plan), so that `logging` is never imported by the wrapper."""
+    from nvmount.log import DEBUG, ERROR, INFO, WARNING, Sink
+
+    names = {DEBUG: "debug", INFO: "info", WARNING: "warning", ERROR: "error"}
+    levels = {5: DEBUG, 4: DEBUG, 3: INFO, 2: WARNING, 1: ERROR}
+
+    class _RuntimeSink(Sink):
+        __slots__ = ()
+
+        def threshold(self) -> int:
+            return levels.get(log.level, INFO)
+
+        def emit(self, level: int, name: str, message: str) -> None:
+            from nvmount.log import escape
+
+            log.log(names.get(level, "error" if level > ERROR else "debug"), escape(message))
+
+    return _RuntimeSink()

@@ -51,13 +51,15 @@ VOLUME_MOUNTS = "nvidia-container-devices"
 class Settings:
     """What the wrapper needs from config.toml; `path` is None for built-in defaults."""
 
-    __slots__ = ("annotation_prefixes", "debug_file", "hook_path", "log_level", "origin", "path",
-                 "runtime_mode", "runtimes", "stamp", "swarm_resource", "volume_mounts")
+    __slots__ = ("annotation_prefixes", "debug_file", "document", "hook_path", "log_level",
+                 "origin", "path", "runtime_mode", "runtimes", "stamp", "swarm_resource",
+                 "volume_mounts")
 
     def __init__(self, path: str | None = None, origin: str = "") -> None:
         self.path = path
         self.origin = origin  # what named the file (for messages; "" for the default path)
         self.stamp: tuple[int, ...] | None = None  # (dev, inode, size, mtime, ctime) as read
+        self.document: dict[str, Any] = {}  # the whole parsed file (a create validates it all)
         self.runtimes: tuple[str, ...] = DEFAULT_RUNTIMES
         self.debug_file = "/dev/null"
         self.log_level = "info"
@@ -109,8 +111,9 @@ def load_settings(environ: Mapping[str, str], recorded: str | None = None,
     if read is None:
         return Settings()
     text, stamp = read
-    settings = settings_from_document(_parse(text, path, origin), path, origin)
-    settings.stamp = stamp
+    document = _parse(text, path, origin)
+    settings = settings_from_document(document, path, origin)
+    settings.stamp, settings.document = stamp, document
     return settings
 
 

@@ -210,7 +210,7 @@ def test_create_of_a_gpu_container_adds_the_hook_once(
     assert doc["hooks"]["prestart"] == [{
         "path": str(hook), "args": ["nvidia-container-runtime-hook", "prestart"],
         "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]}]
+                f"NVIDIA_CTK_CONFIG_FILE_PATH={config}", "NVHOOK_RUNTIME_DELIVERY=legacy"]}]
     assert doc["zz-unknown"] == {"kept": [1, 2.5, None]}
     assert (bundle / "config.json").stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]  # no temp file left
