@@ -55,10 +55,6 @@ def may_want_gpus(data: bytes, settings: Settings) -> bool:
 def prepare_bundle(bundle_dir: str, settings: Settings, log: RuntimeLog,
                    environ: Mapping[str, str], own_dir: str | None) -> bool:
     """Edit `<bundle_dir>/config.json` for a GPU container; whether it was rewritten."""
-    from nvhook.runtime.log import engine_sink
-    from nvmount.log import install
-
-    install(engine_sink(log))  # type: ignore[arg-type]
     with open_bundle(bundle_dir) as bundle:
         if not may_want_gpus(bundle.data, settings):
             log.debug(f"{bundle.path}: no NVIDIA variable, not a GPU container: unchanged")
@@ -76,9 +72,12 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
     """The edited document, or None when the container wants no GPU or nothing changes."""
     from nvhook.config.model import config_from_document
     from nvhook.oci import parse_spec, resolve_rootfs
+    from nvhook.runtime.log import engine_sink
     from nvhook.runtime.modes import SPEC, delivery, describe
+    from nvmount.log import install
     from nvmount.timing import PhaseTimer
 
+    install(engine_sink(log))  # the engine's records go to the wrapper's log files
     timer = PhaseTimer()
     with timer.phase("config"):  # the file the settings came from, validated whole
         try:
