@@ -27,7 +27,8 @@ The wrapper is `python3 -IS -c ...` (isolated, no site) with the launcher's path
 config and the facts path as its first arguments (`nvhook.runtime.wrapper.launched`). When the
 interpreter or nvhook is gone, the launcher says so in one line on stderr and in runc's `--log`
 file (JSON with `--log-format json`, where Docker and containerd read the error) and exits 127.
-The environment is the daemon's, passed on unchanged (the launcher sets no variable).
+The environment is the daemon's, passed on unchanged (the launcher sets no variable; the shell
+itself exports PWD, the working directory the runtime runs in anyway).
 """
 
 from __future__ import annotations
