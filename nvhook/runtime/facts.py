@@ -9,7 +9,9 @@ the Python wrapper writes, after it loaded that file, into two root-only text fi
                      runc                         nvidia-container-runtime.runtimes, in order
                      crun
                      (an empty line)
-    <facts>.needles  the strings of `Settings.needles`, one per line (`grep -F -f`)
+    <facts>.needles  nvhook-runtime-facts 1 0.1.0 /etc/nvidia-container-runtime/config.toml
+                     then the strings of `Settings.needles`, one per line (`grep -F -f`; the
+                     first line, a pattern no config.json holds, names what they came from)
 
 The launcher trusts them while they are owned by root, not symlinks, newer than the config file
 (mtime, nanoseconds) and name that file; the directory is root's alone (0700), like every cache
@@ -55,7 +57,8 @@ def facts_texts(settings: Settings) -> tuple[str, str] | None:
     needles = settings.needles()
     if any("\n" in v or "\r" in v or not v for v in head) or any("\n" in n for n in needles):
         return None
-    return "\n".join(head) + "\n\n", "".join(f"{n}\n" for n in needles)
+    header = f"{FACTS_FORMAT} {__version__} {settings.path}\n"  # as a pattern, never matches
+    return "\n".join(head) + "\n\n", header + "".join(f"{n}\n" for n in needles)
 
 
 def logs_debug(settings: Settings) -> bool:

@@ -133,10 +133,14 @@ nvhook_parse() {{
 			log) nvhook_log=$nvhook_v ;;
 			log-format) nvhook_fmt=$nvhook_v ;;
 			esac ;;
-		debug | systemd-cgroup)
+		debug | systemd-cgroup | help | h | version | v)
 			case $nvhook_has$nvhook_v in
-			'' | 11 | 1t | 1T | 1TRUE | 1true | 1True | 10 | 1f | 1F | 1FALSE | 1false | 1False) ;;
+			'' | 11 | 1t | 1T | 1TRUE | 1true | 1True) nvhook_on=1 ;;
+			10 | 1f | 1F | 1FALSE | 1false | 1False) nvhook_on='' ;;
 			*) nvhook_slow=1; return ;;
+			esac
+			case $nvhook_n$nvhook_on in
+			help1 | h1 | version1 | v1) nvhook_slow=1; return ;;  # the wrapper prints it
 			esac ;;
 		*) nvhook_slow=1; return ;;
 		esac
@@ -234,7 +238,9 @@ nvhook_screen() {{
 	if [ -z "$nvhook_cfg" ]; then
 		LC_ALL=C {grep} -q -F {needles} -- "$nvhook_json"
 	else
-		nvhook_fresh "$nvhook_facts.needles" || return 1
+		nvhook_fresh "$nvhook_facts.needles" &&
+			IFS= read -r nvhook_l1 <"$nvhook_facts.needles" &&
+			[ "$nvhook_l1" = {format}" $nvhook_version $nvhook_cfg" ] || return 1
 		LC_ALL=C {grep} -q -F -f "$nvhook_facts.needles" -- "$nvhook_json"
 	fi
 	[ $? -eq 1 ]

@@ -63,9 +63,14 @@ class Rig:
         settings = load_settings({}, str(self.config), str(self.launcher))
         time.sleep(0.01)  # a later mtime than the config's, whatever the clock's granularity
         assert refresh_facts(self.facts, settings, RuntimeLog())
-        for suffix in ("", ".needles"):  # the launcher compares its own version
+        self.as_test_version()
+
+    def as_test_version(self) -> None:
+        """The facts as if written by the test launcher's nvhook version (9.9)."""
+        for suffix in ("", ".needles"):
             path = Path(self.facts + suffix)
-            path.write_text(path.read_text().replace("\n0.1.0\n", "\n9.9\n"))
+            path.write_text(path.read_text().replace("\n0.1.0\n", "\n9.9\n").replace(
+                " 0.1.0 ", " 9.9 "))
 
     def call(self, *args: str, env: dict[str, str] | None = None,
              cwd: Path | None = None) -> tuple[str, subprocess.CompletedProcess[str]]:
@@ -126,6 +131,17 @@ def test_creates_that_name_no_nvidia_variable_skip_the_wrapper(rig: Rig) -> None
 def test_swarm_variables_from_the_config_count(tmp_path: Path) -> None:
     rig = Rig(tmp_path, 'swarm-resource = "DOCKER_RESOURCE_GPU"\n')
     rig.write_facts()
+    swarm = rig.bundle("swarm", ["DOCKER_RESOURCE_GPU=1"])
+    assert rig.call("create", "-b", str(swarm), "x")[0].startswith("PY ")
+
+
+def test_needles_of_another_config_are_not_used(tmp_path: Path) -> None:
+    """The needles file names its config: a create under another config never uses it."""
+    rig = Rig(tmp_path, 'swarm-resource = "DOCKER_RESOURCE_GPU"\n')
+    rig.write_facts()
+    needles = Path(rig.facts + ".needles")
+    time.sleep(0.01)
+    needles.write_text(needles.read_text().replace(str(rig.config), "/other.toml"))
     swarm = rig.bundle("swarm", ["DOCKER_RESOURCE_GPU=1"])
     assert rig.call("create", "-b", str(swarm), "x")[0].startswith("PY ")
 
@@ -198,9 +214,7 @@ def test_the_real_wrapper_writes_the_facts_the_launcher_uses(rig: Rig) -> None:
     assert read_runtimes(rig.facts) == ("nv-none", "runc")
     rig.python.write_text("#!/bin/sh\nexit 99\n")  # any later interpreter start would show
     rig.write_launcher(str(rig.config), python=rig.python)
-    for suffix in ("", ".needles"):  # the test launcher's version
-        path = Path(rig.facts + suffix)
-        path.write_text(path.read_text().replace("\n0.1.0\n", "\n9.9\n"))
+    rig.as_test_version()
     calls, proc = rig.call("state", "x")
     assert (calls, proc.returncode) == (f"RT {rig.runc} state x\n", 0)
 
