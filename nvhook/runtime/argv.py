@@ -38,7 +38,7 @@ class Invocation:
     """One call of the wrapper: its command and what matters about its flags."""
 
     __slots__ = ("bundle", "command", "debug", "error", "help", "log_file", "log_format",
-                 "version")
+                 "shown", "version")
 
     def __init__(self) -> None:
         self.command = ""  # "" when there is none (runc prints its help or an error)
@@ -49,6 +49,7 @@ class Invocation:
         self.version = False
         self.help = False
         self.error = ""  # what runc's parser would refuse ("" when nothing)
+        self.shown: dict[str, bool] = {}  # the help and version flags seen, by name
 
     @property
     def creates(self) -> bool:
@@ -110,10 +111,10 @@ def _global(inv: Invocation, args: list[str], i: int) -> int:
         on = value is None or value in GO_TRUE
         if name == "debug":
             inv.debug = on
-        elif name in ("version", "v"):
-            inv.version = inv.version or on
-        elif name in ("help", "h"):
-            inv.help = inv.help or on
+        elif name in ("version", "v", "help", "h"):  # each its own flag, the last value wins;
+            inv.shown[name] = on  # urfave/cli shows the version when either is set, or help
+            inv.version = inv.shown.get("version", False) or inv.shown.get("v", False)
+            inv.help = inv.shown.get("help", False) or inv.shown.get("h", False)
     else:
         inv.error = f"flag provided but not defined: -{name}"
     return i + 1

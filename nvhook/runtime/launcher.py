@@ -84,6 +84,7 @@ nvhook_config={config}
 nvhook_facts={facts}
 nvhook_version={ver}
 nvhook_log='' nvhook_fmt=text nvhook_cmd='' nvhook_bundle='' nvhook_slow='' nvhook_rt=''
+nvhook_help='' nvhook_h='' nvhook_version_flag='' nvhook_v_flag=''
 
 # the Python wrapper (nvhook.runtime.wrapper.launched) with the whole command line
 nvhook_wrapper() {{
@@ -139,13 +140,19 @@ nvhook_parse() {{
 			10 | 1f | 1F | 1FALSE | 1false | 1False) nvhook_on='' ;;
 			*) nvhook_slow=1; return ;;
 			esac
-			case $nvhook_n$nvhook_on in
-			help1 | h1 | version1 | v1) nvhook_slow=1; return ;;  # the wrapper prints it
+			case $nvhook_n in  # each its own flag, the last value wins
+			help) nvhook_help=$nvhook_on ;;
+			h) nvhook_h=$nvhook_on ;;
+			version) nvhook_version_flag=$nvhook_on ;;
+			v) nvhook_v_flag=$nvhook_on ;;
 			esac ;;
 		*) nvhook_slow=1; return ;;
 		esac
 		shift
 	done
+	case $nvhook_help$nvhook_h$nvhook_version_flag$nvhook_v_flag in
+	?*) nvhook_slow=1; return ;;  # help or version: the wrapper prints them
+	esac
 	nvhook_cmd=${{1-}}
 	case $nvhook_cmd in
 	create | run) shift ;;
