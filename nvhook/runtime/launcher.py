@@ -60,7 +60,9 @@ def render(python: str, paths: list[str], *, version: str, marker: str,
         needles=" ".join(f"-e {q(n)}" for n in defaults.needles()))
 
 
-_PYTHON = """import sys
+_PYTHON = """import gc
+import sys
+gc.disable()  # a short-lived process: no collection passes (the hook's launcher does the same)
 sys.path.extend({paths})
 try:
     from nvhook.runtime.wrapper import launched
