@@ -9,9 +9,12 @@ Series (each: one warm-up, then N timed runs; the wall time of the whole command
   - `runc run` of /bin/true in a non-GPU container, directly and through the wrapper (create
     reads config.json and finds no NVIDIA variable: it is passed on untouched);
   - through the wrapper, a GPU container (8 simulated GPUs, NVIDIA_VISIBLE_DEVICES=all) in
-    legacy mode (hook added) and in spec mode (the wrapper also plans: driver discovery).
-The wrapper is the launcher `nvhook install` writes (/usr/bin/python3 -IS), with the
-simulated driver's config.toml (and a copy with `runtime-mode = "spec"`). Figures, not
+    legacy delivery (hook added), in spec delivery (the wrapper delivers the plan; the hook
+    only mounts the simulated procfs) and in spec delivery without the simulated procfs (no
+    hook at all, as on a node whose kernel shows /proc/driver/nvidia).
+The wrapper is the launcher `nvhook install` writes (a sh front that starts /usr/bin/python3 -IS
+only for creates that may want GPUs), with copies of the simulated driver's config.toml that
+set `runtime-mode`. Figures, not
 assertions.
 """
 
@@ -66,11 +69,16 @@ def wrapper_series(work: Path, runs: int, rootfs: Path | None = None) -> dict[st
     sim = work / "sim"
     subprocess.run([*nvhook_command(), "sim", "create", str(sim), "--gpus", "8"], check=True,
                    capture_output=True)
-    spec_config = work / "spec.toml"
-    spec_config.write_text((sim / "config.toml").read_text() + 'runtime-mode = "spec"\n')
+    text = (sim / "config.toml").read_text()  # it ends in its [nvhook] table
+    legacy_config, spec_config, bare_config = (work / f"{n}.toml" for n in ("l", "s", "b"))
+    legacy_config.write_text(text + 'runtime-mode = "legacy"\n')
+    spec_config.write_text(text + 'runtime-mode = "spec"\n')
+    # a real node's kernel shows /proc/driver/nvidia: no hook for the sim's procfs
+    bare_config.write_text(text.replace("sim-procfs = true", "sim-procfs = false")
+                           + 'runtime-mode = "spec"\n')
     wrapper = str(prefix / "nvhook-runtime")
     base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-            "NVIDIA_CTK_CONFIG_FILE_PATH": str(sim / "config.toml")}
+            "NVIDIA_CTK_CONFIG_FILE_PATH": str(legacy_config)}
 
     def run(binary: str, env_vars: list[str], tag: str) -> Callable[[int], list[str]]:
         def make(i: int) -> list[str]:
@@ -93,6 +101,9 @@ def wrapper_series(work: Path, runs: int, rootfs: Path | None = None) -> dict[st
         "wrapper run, GPU spec mode (8 GPUs)": median_ms(timed(
             runs, run(wrapper, ["NVIDIA_VISIBLE_DEVICES=all"], "ws"),
             {**base, "NVIDIA_CTK_CONFIG_FILE_PATH": str(spec_config)})),
+        "wrapper run, GPU spec mode, no hook (8 GPUs, no sim procfs)": median_ms(timed(
+            runs, run(wrapper, ["NVIDIA_VISIBLE_DEVICES=all"], "wb"),
+            {**base, "NVIDIA_CTK_CONFIG_FILE_PATH": str(bare_config)})),
     }
     return out
 

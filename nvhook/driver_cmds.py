@@ -59,7 +59,7 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
 
     cfg = load_config(opts.config_path, os.environ)
     discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory,
-                        sys_root=cfg.nvhook.sys_root)
+                        sys_root=cfg.nvhook.sys_root, nvml_timeout=cfg.nvhook.nvml_timeout)
     from nvmount.engine import missing_root
     from nvmount.errors import DriverError
 

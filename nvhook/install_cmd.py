@@ -98,6 +98,10 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
         write_launcher(path, render_launcher(python, paths, kind, config), force=args.force)
         verify_launcher(path, kind)
         print(path)
+    if any(kind == "runtime" for kind, _ in wanted_launchers(args)):
+        from nvhook.runtime.facts import prime_facts
+
+        prime_facts(config)  # the runtime launcher's first call needs no interpreter
     from nvhook.configure.hints import install_hint
 
     sys.stderr.write(install_hint(prefix))

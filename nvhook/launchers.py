@@ -12,9 +12,11 @@ dependencies were found in at install time to `sys.path`, after the standard lib
     ctk      nvidia-ctk                                           nvhook.compat.nvctk.cmd.main
     cdihook  nvidia-cdi-hook                                      nvhook.compat.cdihook.cmd.main
 
-`ctk` and `cdihook` are POSIX sh fronts (`nvhook.compat.cdihook.launcher`) that answer
-`noop` and the hooks whose work the first hook of their group did without starting Python;
-the Python launcher, as below, is kept at the end of the same file and run by them.
+`runtime` is a POSIX sh script instead (`nvhook.runtime.launcher`): it execs the low-level
+runtime itself for every call that cannot concern GPUs and starts the Python wrapper, as above,
+only for the rest. `ctk` and `cdihook` are POSIX sh fronts (`nvhook.compat.cdihook.launcher`)
+that answer `noop` and the hooks whose work the first hook of their group did without starting
+Python; the Python launcher, as below, is kept at the end of the same file and run by them.
 
 `hook`, `cli`, `ctk` and `cdihook` run as host root, the last two often on behalf of a
 container (a CDI spec's createContainer hooks, which runc < 1.3 hands the container's
@@ -98,7 +100,6 @@ _ENTRY = {
             "    os._exit(0)\nfrom nvhook.cli import main\n\n"
             + _FAST_EXIT.format(args="cwd=_cwd, stdin=_stdin"),
     "cli": "from nvhook.compat.nvcli.cmd import main\n\nsys.exit(main(sys.argv[1:], cwd=_cwd))\n",
-    "runtime": "from nvhook.runtime.wrapper import main\n\nsys.exit(main())\n",
     # run by the sh front (nvhook.compat.cdihook.launcher): argv[1] is the launcher's path
     "ctk": "import gc\n\ngc.disable()\nfrom nvhook.compat.nvctk.cmd import main\n\n"
            + _FAST_EXIT.format(args="sys.argv[2:], cwd=_cwd, program=sys.argv[1]"),
@@ -113,11 +114,14 @@ _ARGV = {False: '["-IS", *sys.argv]',  # Python 3.9 has no sys.orig_argv
 def render(kind: str, python: str, paths: list[str], *, version: str,
            loader: tuple[str, ...], xoption: str, config: str | None = None) -> str:
     """The launcher text of `kind` for interpreter `python` importing from `paths`."""
+    if kind == "runtime":  # a POSIX sh front that starts Python only when it must
+        from nvhook.runtime.launcher import render as render_runtime
+
+        return render_runtime(python, paths, version=version, marker=MARKER, config=config)
     fronted = kind in _FRONTED
     text = _HEAD.format(python=python, marker=MARKER, kind=kind, version=version)
-    if kind != "runtime":
-        text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption,
-                                argv=_ARGV[fronted])
+    text += _HYGIENE.format(loader=tuple(n.encode() for n in loader), xoption=xoption,
+                            argv=_ARGV[fronted])
     if config:
         text += _CONFIG.format(env=CONFIG_ENV.encode(), config=config.encode())
     text += f"sys.path.extend({paths!r})\n" + _GUARD.format(

@@ -58,10 +58,11 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
         attach_log_file(config.cli.debug)
     if config.unknown_keys and (opts.debug or config.cli.debug):
         _warn_unknown_keys(config)
+    delivery = os.environ.get("NVHOOK_RUNTIME_DELIVERY")  # nvhook.runtime.modes.DELIVERY_ENV
     with timer.phase("spec"):
         state = load_state(opts.stdin if opts.stdin is not None else stdin_fd)
         spec = load_spec(state.bundle, cwd=opts.cwd)
-        request = derive_request(spec, config)
+        request = derive_request(spec, _wrapper_resolved(config, delivery))
     if request is None:
         _log_not_gpu(state)
         if dry_run:
@@ -72,7 +73,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     from nvhook.engine import run_engine
 
     delivered = None
-    if config.nvhook.runtime_mode == "spec":  # the runtime wrapper wrote part of the plan
+    if config.nvhook.runtime_mode != "legacy":  # the runtime wrapper may have delivered part
         from nvhook.delivery import delivered_by_spec
 
         delivered = delivered_by_spec(spec)
@@ -81,6 +82,18 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     if dry_run:
         _print_decision(request, ref, plan)
     return 0
+
+
+def _wrapper_resolved(config: HookConfig, delivery: str | None) -> HookConfig:
+    """The hook the runtime wrapper added (its entry's env names the delivery it chose) skips
+    NVIDIA's mode check: the wrapper resolved the mode (`nvhook.runtime.modes`); with
+    `mode = "jit-cdi"` the check would refuse the rest of a spec delivery. Any other hook
+    (Docker's `--gpus`) keeps it."""
+    if delivery not in ("legacy", "spec") or config.runtime_hook.skip_mode_detection:
+        return config
+    from nvmount.records import replace
+
+    return replace(config, runtime_hook=replace(config.runtime_hook, skip_mode_detection=True))
 
 
 def container_ref(state: State, spec: Spec, cwd: str | None) -> ContainerRef:

@@ -94,7 +94,8 @@ def discover_cached(options: EngineOptions, faults: Faults, *, mig_minors: bool 
                                    no_fabricmanager=options.no_fabricmanager,
                                    no_gsp_firmware=options.no_gsp_firmware,
                                    mps_pipe_dir=options.mps_pipe_dir, mig_minors=mig_minors,
-                                   sys_root=options.sys_root)
+                                   sys_root=options.sys_root,
+                                   nvml_timeout=options.nvml_timeout)
     path_env = discovery.binary_search_path()
 
     def run() -> DriverInventory:
@@ -219,7 +220,7 @@ def plan_only(request: EngineRequest, rootfs: str, options: EngineOptions, libc:
     """The dry run: the plan for `rootfs` (a host path), or None when no driver is found."""
     timer = timer or PhaseTimer()
     from nvmount.container.dryrun import open_rootfs_readonly
-    from nvmount.discover.driver import no_driver_reason
+    from nvmount.discover.presence import no_driver_reason
 
     with timer.phase("inventory"):
         missing = missing_root(options.root)

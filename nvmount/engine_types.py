@@ -55,6 +55,7 @@ class EngineOptions:
     timing_log: str = ""
     ldcache_mode: str = "write"  # "write": the hook updates ld.so.cache; "ldconfig": ldconfig
     cache_dir: str = ""  # root-only inventory cache ("" = discover every time)
+    nvml_timeout: float = 30.0  # seconds for the NVML helper ([nvhook] nvml-timeout)
     container_id: str = ""  # for the timing record
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
     sim_procfs: bool = False  # simulated driver: a tmpfs on /proc/driver first (apply.simproc)

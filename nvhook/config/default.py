@@ -84,11 +84,21 @@ driver-container-root = "/run/nvidia/driver"
 ldcache = "write"
 #ldconfig-required = false
 mps-pipe-directory = "/tmp/nvidia-mps"
+# spec delivery: also narrow the container's /proc/driver/nvidia to its GPUs (a prestart hook
+# does it: runc refuses mounts under /proc); false leaves it as NVIDIA's CDI modes do
+narrow-procfs = false
+# seconds the NVML helper may take to list the GPUs before it is killed; without persistence
+# mode the driver initialises every GPU on that first open (seconds each: start
+# nvidia-persistenced); a current inventory cache needs no NVML at all
+nvml-timeout = 30
 proc-root = "/proc"
 # sysfs, where the DRM nodes (/dev/dri) of each GPU are found by PCI bus id
 sys-root = "/sys"
-# "spec": the runtime wrapper puts devices and mounts into the OCI spec, the hook does the rest
-runtime-mode = "legacy"
+# the runtime wrapper's delivery of a GPU container: "auto" follows
+# nvidia-container-runtime.mode (auto and jit-cdi: "spec", the wrapper writes it all into the
+# OCI spec and the rootfs before runc runs, no hook; legacy and csv: "legacy", the prestart
+# hook does it); "legacy" or "spec" forces one
+runtime-mode = "auto"
 # append one line of phase timings per container start to this file
 #timing-log = "/var/log/nvhook-timing.log"
 '''

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 MODES = ("auto", "cdi", "csv", "jit-cdi", "legacy")
-RUNTIME_MODES = ("legacy", "spec")  # [nvhook] runtime-mode
+RUNTIME_MODES = ("auto", "legacy", "spec")  # [nvhook] runtime-mode (nvhook.runtime.modes)
 CUDA_COMPAT_MODES = ("", "disabled", "hook", "ldconfig", "mount")
 LDCACHE_MODES = ("write", "ldconfig")
 DRIVER_CONTAINER_ROOT = "/run/nvidia/driver"  # where the GPU Operator's driver container is
@@ -102,7 +102,9 @@ class NvhookConfig:
     ldconfig_required: bool = False
     cache_dir: str = "/run/nvhook"  # root-only caches (driver inventory); "" = none
     ldcache: str = "write"  # how the container's ld.so.cache is updated: write | ldconfig
-    runtime_mode: str = "legacy"  # "spec": the runtime wrapper writes devices/mounts to the spec
+    runtime_mode: str = "auto"  # the wrapper's delivery: follow `mode`, or force legacy | spec
+    narrow_procfs: bool = False  # spec delivery: a hook narrows /proc/driver/nvidia as well
+    nvml_timeout: float = 30.0  # seconds the NVML helper may take before it is killed
     sim_procfs: bool = False  # simulated driver: the hook mounts a tmpfs on /proc/driver
     mps_pipe_directory: str = "/tmp/nvidia-mps"  # libnvc: $CUDA_MPS_PIPE_DIRECTORY (not read)
     test_faults: bool = False  # tests only: NVHOOK_FAULT (with --debug) arms fault injection
@@ -132,7 +134,7 @@ class HookConfig:
 
 
 # (TOML key path, group attribute or "" for top level, attribute, expected type)
-_STR, _BOOL, _LIST = "string", "boolean", "array of strings"
+_STR, _BOOL, _LIST, _NUM = "string", "boolean", "array of strings", "number"
 _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("disable-require", "", "disable_require", _BOOL),
     ("swarm-resource", "", "swarm_resource", _STR),
@@ -188,6 +190,8 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.cache-dir", "nvhook", "cache_dir", _STR),
     ("nvhook.ldcache", "nvhook", "ldcache", _STR),
     ("nvhook.runtime-mode", "nvhook", "runtime_mode", _STR),
+    ("nvhook.narrow-procfs", "nvhook", "narrow_procfs", _BOOL),
+    ("nvhook.nvml-timeout", "nvhook", "nvml_timeout", _NUM),
     ("nvhook.sim-procfs", "nvhook", "sim_procfs", _BOOL),
     ("nvhook.mps-pipe-directory", "nvhook", "mps_pipe_directory", _STR),
     ("nvhook.test-faults", "nvhook", "test_faults", _BOOL),
@@ -205,18 +209,13 @@ _GROUPS: dict[str, type[Any]] = {
 }
 
 
+_TYPE_NAMES = ((bool, "boolean"), (str, "string"), (int, "integer"), (float, "float"),
+               (list, "array"), (dict, "table"))
+
+
 def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, list):
-        return "array"
-    return "table" if isinstance(value, dict) else type(value).__name__
+    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)),
+                type(value).__name__)
 
 
 def _a(noun: str) -> str:
@@ -245,13 +244,16 @@ def _checked(value: Any, key: str, kind: str, where: str) -> Any:
         _STR: isinstance(value, str),
         _BOOL: isinstance(value, bool),
         _LIST: isinstance(value, list) and all(isinstance(v, str) for v in value),
+        _NUM: isinstance(value, (int, float)) and not isinstance(value, bool)
+        and 0 < value <= 3600,  # seconds: positive, at most an hour
     }[kind]
     if not ok:
         raise ConfigError(
             f"invalid config {where}: {key} = {shorten(repr(value), 200)} is "
             f"{_a(_type_name(value))}, expected {_a(kind)}"
+            + (" of seconds (more than 0, at most 3600)" if kind == _NUM else "")
         )
-    return tuple(value) if kind == _LIST else value
+    return tuple(value) if kind == _LIST else float(value) if kind == _NUM else value
 
 
 def config_from_document(document: dict[str, Any], path: str | None) -> HookConfig:

@@ -8,17 +8,18 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
     (
         "Runtime wrapper: GPU containers only",
         "the wrapper adds the prestart hook only to a container the hook's own decision "
-        "(`derive_request`) calls a GPU container; any other config.json is passed on "
-        "byte for byte, so errors NVIDIA's hook raises for every container (an env entry "
-        "without `=`, a malformed capabilities field) are not raised for a container that "
-        "names no NVIDIA variable",
-        "NVIDIA injects its hook into every container, which then costs every container a "
-        "hook process; a non-GPU container should not depend on the GPU stack at all",
+        "(`derive_request`) calls a GPU container; any other config.json is passed on byte for "
+        "byte, so errors NVIDIA's hook raises for every container (an env entry without `=`, a "
+        "malformed capabilities field) are not raised for a container that names no NVIDIA "
+        "variable",
+        "NVIDIA injects its hook into every container, which then costs every container a hook "
+        "process; a non-GPU container should not depend on the GPU stack at all",
     ),
     (
         "Runtime wrapper: command line",
-        "the command is the first word after runc's and crun's global flags; `create` and "
-        "`run` are acted on; a `-b`/`--bundle` value is never a command",
+        "runc's global flags are parsed as runc parses them (Go's flag grammar, checked "
+        "against runc itself), the command is the first word after them; `create` and `run` "
+        "are acted on; a `-b`/`--bundle` value is never a command",
         "NVIDIA treats any argument equal to `create` as the command (`runc delete create` "
         "edits the config.json of the working directory) and ignores `run`",
     ),
@@ -34,12 +35,12 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
     (
         "Runtime wrapper: hook entry",
         "the hook path is absolute (a name is looked up in the wrapper's own directory first, "
-        "then PATH; not found is an error), the entry carries an explicit env (PATH and "
-        "NVIDIA_CTK_CONFIG_FILE_PATH of the config the wrapper read), and an `nvhook-hook` "
-        "already present also counts",
+        "then PATH; not found is an error), the entry carries an explicit env (PATH, "
+        "NVIDIA_CTK_CONFIG_FILE_PATH of the config the wrapper read, NVHOOK_RUNTIME_DELIVERY "
+        "of the delivery it chose), and an `nvhook-hook` already present also counts",
         "without `env` runc hands the hook its own environment (CVE-2025-23266); the hook must "
-        "decide from the same file as the wrapper; NVIDIA falls back to an unchecked "
-        "/usr/bin path",
+        "decide from the same file as the wrapper; NVIDIA falls back to an unchecked /usr/bin "
+        "path",
     ),
     (
         "Runtime wrapper: low-level runtime",
@@ -49,54 +50,75 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
         "itself forever",
     ),
     (
-        "Runtime wrapper: configuration",
-        "`state`, `start`, `kill`, `delete` read only the keys the wrapper uses (runtimes, "
-        "debug, log-level, hook path, runtime-mode, swarm-resource, volume mounts), with a "
-        "simple-TOML reader that hands anything else to tomllib; a GPU container's create "
-        "loads and checks the whole file",
-        "a broken key elsewhere must not stop `delete` of running containers, and every runc "
-        "call of every container pays for the wrapper",
+        "Runtime wrapper: launcher and configuration",
+        "the installed wrapper is a POSIX sh launcher that execs the low-level runtime itself "
+        "for every command but `create` and `run` and for a create whose config.json names no "
+        "NVIDIA variable, from facts of the config file the Python wrapper keeps in "
+        "/run/nvhook (trusted while newer than the file); `state`, `start`, `kill`, `delete` "
+        "never depend on the config being loadable; a GPU container's create loads and checks "
+        "the whole file",
+        "every runc call of every container pays for the wrapper: an interpreter start is ~10 "
+        "ms, the launcher ~1 ms (NVIDIA's Go wrapper ~4 ms); a broken config must not stop the "
+        "cleanup of running containers",
     ),
     (
         "Runtime wrapper: modes and output",
-        "modes `legacy`, nvhook's `spec`, and CDI requests (annotations, accepted volume "
-        "mounts, NVIDIA_VISIBLE_DEVICES, through the same policy as every request, as NVIDIA "
-        "1.20's runtime in cdi mode) resolved from the CDI spec dirs, every spec read with "
-        "PyYAML and type-checked; a spec whose device nodes are gone from the host is refused "
-        "(NVIDIA's CDI library would inject it); csv is the hook's own; "
+        "`mode = \"auto\"` resolves as NVIDIA 1.20's: CDI names only -> the CDI edits, Tegra "
+        "-> csv (the hook's own), otherwise nvhook's spec delivery in place of jit-cdi "
+        "(`jit-cdi` too; `legacy` adds the hook; `[nvhook] runtime-mode` forces one); CDI "
+        "requests (annotations, accepted volume mounts, NVIDIA_VISIBLE_DEVICES, through the "
+        "same policy as every request, as NVIDIA 1.20's runtime in cdi mode) are resolved from "
+        "the CDI spec dirs, every spec read with PyYAML and type-checked; a spec whose device "
+        "nodes are gone from the host is refused (NVIDIA's CDI library would inject it); "
         "`--version` prints `nvhook-runtime version <v> (NVIDIA Container Runtime v1.17.8 "
         "compatible)`, then the runtime's; errors are one line on stderr and an error record "
-        "in runc's `--log` file",
+        "in runc's `--log` file, written also when the config cannot be loaded, naming the "
+        "config file and what chose it (the launcher written by `nvhook install --config`, or "
+        "NVIDIA_CTK_CONFIG_FILE_PATH)",
         "the wrapper applies CDI edits itself (no separate CDI runtime); it is not NVIDIA's "
-        "binary; containerd and Docker show the last error of the `--log` file",
+        "binary; containerd and Docker show the last error of the `--log` file (NVIDIA's "
+        "runtime writes none before its config loads: Docker then says `unable to retrieve OCI "
+        "runtime error`, and blames a variable the launcher set)",
+    ),
+    (
+        "Runtime wrapper: spec delivery, nvhook's jit-cdi",
+        "the wrapper's create configures a GPU container before runc runs, in one process: "
+        "devices, device rules and driver mounts in config.json, links and the ld.so.cache "
+        "written into the rootfs in-root; NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_* and the "
+        "MIG variables count as in legacy mode; no hook process, so /proc/driver/nvidia shows "
+        "every GPU of the node unless `[nvhook] narrow-procfs = true` adds the hook for it; "
+        "Docker's `--gpus` hook is removed from the spec, as jit-cdi removes it",
+        "jit-cdi mounts every driver file whatever the capabilities say, checks no "
+        "requirement, and runs six hook processes (ldconfig among them) for what one process "
+        "can write; runc refuses mounts under /proc, which only a hook can narrow",
     ),
     (
         "nvidia-container-cli drop-in",
         "reads config.toml (the usual lookup) for what its flags leave out: the driver root, "
         "ldcache and `[nvhook]`; `--load-kmods`, `--user`, `--no-pivot` and "
-        "`--no-create-imex-channels` are accepted and do nothing; `--version` names nvhook "
-        "as the build revision",
-        "containerd's `--gpus` passes no `--root`, so a simulated or containerised driver "
-        "must come from somewhere; nvhook loads no kernel modules, runs NVML unprivileged "
-        "and ldconfig sandboxed",
+        "`--no-create-imex-channels` are accepted and do nothing; `--version` names nvhook as "
+        "the build revision",
+        "containerd's `--gpus` passes no `--root`, so a simulated or containerised driver must "
+        "come from somewhere; nvhook loads no kernel modules, runs NVML unprivileged and "
+        "ldconfig sandboxed",
     ),
     (
         "runtime configure",
-        "docker: key order kept, the wrapper's absolute path, an existing entry's `args` "
-        "kept; containerd: a drop-in holding the CRI plugin section in effect before it (config "
+        "docker: key order kept, the wrapper's absolute path, an existing entry's `args` kept; "
+        "containerd: a drop-in holding the CRI plugin section in effect before it (config "
         "versions 1 and 2; CRI's default `runc` kept) or only the runtime (version 3), "
         "re-derived on every run, `runtime_type` always set, `container_annotations` "
         "`cdi.k8s.io/*`, no `runtime_root`/`runtime_engine`; the main file is only given one "
         "`imports` entry where it lacks one (a text edit, checked, with a backup; version 1 "
         "files too), and `--remove` gives it back byte for byte; a disabled CRI plugin is "
-        "refused; crio: a drop-in in crio.conf.d; podman: the hooks.d file with an explicit env "
-        "and `when: always`; a file that does not parse is refused, output is read back before "
-        "it is written, a second run changes nothing",
-        "daemons resolve a bare name on their own PATH at their start; NVIDIA 1.20 re-serialises "
-        "containerd's main file, copies the CRI section without `runtimes.runc` (CRI then fails "
-        "to load on a config without a runtimes table, such as Debian's), leaves version-1 "
-        "files unimported and a CRI-disabled config silently useless; drop-ins without "
-        "`runtime_type` are NVIDIA bugs users hit (painpoints 7)",
+        "refused; crio: a drop-in in crio.conf.d; podman: the hooks.d file with an explicit "
+        "env and `when: always`; a file that does not parse is refused, output is read back "
+        "before it is written, a second run changes nothing",
+        "daemons resolve a bare name on their own PATH at their start; NVIDIA 1.20 "
+        "re-serialises containerd's main file, copies the CRI section without `runtimes.runc` "
+        "(CRI then fails to load on a config without a runtimes table, such as Debian's), "
+        "leaves version-1 files unimported and a CRI-disabled config silently useless; "
+        "drop-ins without `runtime_type` are NVIDIA bugs users hit (painpoints 7)",
     ),
     (
         "nvidia-cdi-hook: where a hook works",
@@ -162,8 +184,8 @@ TOOLS: tuple[tuple[str, str, str], ...] = (
         "unless --nvidia-runtime-path; containerd and CRI-O only through a drop-in "
         "(--drop-in-config=\"\" is refused), --config-source=command refused; with "
         "--cdi.enabled daemon.json's other `features` are kept",
-        "1.20 writes the bare `nvidia-container-runtime` that dockerd resolves on its own PATH, "
-        "can rewrite containerd's main file, and drops daemon.json's other features",
+        "1.20 writes the bare `nvidia-container-runtime` that dockerd resolves on its own "
+        "PATH, can rewrite containerd's main file, and drops daemon.json's other features",
     ),
     (
         "nvidia-ctk config, cdi list, system",

@@ -3,21 +3,23 @@
 Stage: between runc's command line and runc. Reads config.json once; writes it at most once.
 
 1. A cheap look at the raw bytes (`may_want_gpus`): a config.json that names none of
-   NVIDIA_VISIBLE_DEVICES, CUDA_VERSION, the configured swarm variables (and, when volume-mount
-   device lists are accepted, `nvidia-container-devices`) and has no `\\u` escape cannot be a
-   GPU container: it is passed on untouched, nothing more is imported.
+   NVIDIA_VISIBLE_DEVICES, CUDA_VERSION, the CDI annotation prefixes, the configured swarm
+   variables (and, when volume-mount device lists are accepted, `nvidia-container-devices`)
+   and has no `\\u` or `\\/` escape cannot be a GPU container: it is passed on untouched,
+   nothing more is imported (the launcher makes this test itself, `Settings.needles`).
 2. A request in CDI mode (CDI names in `cdi.k8s.io/` annotations, accepted volume mounts,
    or NVIDIA_VISIBLE_DEVICES of a container the policy lets ask: `nvhook.request.cdi_request`):
    their edits from the CDI spec dirs (`nvhook.cdi.resolve`), and nothing else.
 3. Otherwise the hook's own decision (`nvhook.request.derive_request`, on the same bytes, with
-   the whole config file): no GPU request, nothing changes; its errors fail the create.
-4. A GPU container gets our prestart hook (`edit.add_prestart_hook`; kept if NVIDIA's or ours
-   is there) with an explicit env naming the config file the wrapper used, so the hook
-   decides from the same file.
-5. With `[nvhook] runtime-mode = "spec"` the wrapper also plans the container (the engine's
-   dry run, on the container's rootfs) and writes the runtime's share into the spec
-   (`spec.spec_entries`); the hook applies the rest. No driver found: legacy delivery, with a
+   the whole config file; the mode is resolved here, `nvhook.runtime.modes`): no GPU request,
+   nothing changes; its errors fail the create.
+4. Spec delivery (`mode = "auto"`, the default, and `jit-cdi`): the wrapper plans the
+   container and delivers the whole plan before runc runs (`nvhook.runtime.deliver`): no hook
+   process unless something is left for one. No driver found: legacy delivery, with a
    warning. Selection and requirement errors fail the create, as they would fail the hook.
+5. Legacy delivery: our prestart hook (`edit.add_prestart_hook`; kept if NVIDIA's or ours is
+   there) with an explicit env naming the config file the wrapper used, so the hook decides
+   from the same file.
 6. One atomic rewrite of config.json (`bundle.write_document`).
 
 NVIDIA's wrapper adds its hook to every container; nvhook's only to GPU containers, so a
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from nvhook.errors import WrapperError
+from nvhook.errors import ConfigError, WrapperError
 from nvhook.runtime.bundle import BundleFile, decode_document, open_bundle, write_document
 from nvhook.runtime.log import RuntimeLog
 from nvhook.runtime.settings import Settings
@@ -40,18 +42,15 @@ if TYPE_CHECKING:
 
     from nvhook.config.model import HookConfig
     from nvhook.request import ContainerRequest
-    from nvhook.runtime.spec import SpecEntries
+    from nvmount.timing import PhaseTimer
 
 HOOK_FALLBACK = "/usr/bin/nvidia-container-runtime-hook"
 
 
 def may_want_gpus(data: bytes, settings: Settings) -> bool:
-    """False only when config.json cannot ask for GPUs (step 1 of the module docstring)."""
-    needles = [b"NVIDIA_VISIBLE_DEVICES", b"CUDA_VERSION", b"\\u", b"cdi.k8s.io/"]
-    needles += [name.encode("utf-8", "replace") for name in settings.swarm_variables()]
-    if settings.volume_mounts:
-        needles.append(b"nvidia-container-devices")
-    return any(needle in data for needle in needles)
+    """False only when config.json cannot ask for GPUs (step 1 of the module docstring; the
+    sh launcher makes the same test with `grep -F`)."""
+    return any(n.encode("utf-8", "surrogateescape") in data for n in settings.needles())
 
 
 def prepare_bundle(bundle_dir: str, settings: Settings, log: RuntimeLog,
@@ -72,66 +71,108 @@ def prepare_bundle(bundle_dir: str, settings: Settings, log: RuntimeLog,
 def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: RuntimeLog,
                  environ: Mapping[str, str], own_dir: str | None) -> dict[str, Any] | None:
     """The edited document, or None when the container wants no GPU or nothing changes."""
-    from nvhook.config.load import load_config
+    from nvhook.config.model import config_from_document
     from nvhook.oci import parse_spec, resolve_rootfs
+    from nvhook.runtime.log import engine_sink
+    from nvhook.runtime.modes import SPEC, delivery, describe
+    from nvmount.log import install
+    from nvmount.timing import PhaseTimer
 
-    config = load_config(settings.path, environ)
-    spec = parse_spec(bundle.path, bundle.data)
-    cdi = cdi_document(bundle, spec, config, log)
-    if cdi is not None:
-        return cdi
-    request = _request(spec, config)
+    install(engine_sink(log))  # the engine's records go to the wrapper's log files
+    timer = PhaseTimer()
+    with timer.phase("config"):  # the file the settings came from, validated whole
+        try:
+            config = config_from_document(settings.document, settings.path)
+        except ConfigError as err:
+            from nvhook.runtime.settings import named_by
+
+            raise ConfigError(f"error loading config: {err}{named_by(settings.origin)}") from err
+    with timer.phase("spec"):
+        spec = parse_spec(bundle.path, bundle.data)
+        doc = decode_document(bundle)
+        if cdi_edit(doc, spec, config, log):
+            return doc
+        request = _request(spec, config)
     if request is None:
         log.debug(f"{bundle.path}: not a GPU container: unchanged")
         return None
+    chosen = delivery(config)
+    log.info(f"GPU container: {describe(config, chosen)}")
+    if chosen == SPEC:
+        from nvhook.runtime.deliver import deliver_spec
+
+        left = deliver_spec(doc, request, bundle, resolve_rootfs(spec, bundle_dir), config, log,
+                            timer)
+        if left is not None:
+            _spec_hooks(doc, left, config, own_dir, environ, log)
+            _timing(config, timer, bundle_dir, hook=bool(left))
+            return doc
+    return doc if _add_hook(doc, config, own_dir, environ, log, "legacy") else None
+
+
+def _add_hook(doc: dict[str, Any], config: HookConfig, own_dir: str | None,
+              environ: Mapping[str, str], log: RuntimeLog, chosen: str) -> bool:
+    """Our prestart hook, unless NVIDIA's or ours is there already; whether it was added."""
     from nvhook.runtime.edit import add_prestart_hook, existing_gpu_hook, hook_entry
 
-    doc = decode_document(bundle)
-    changed = False
-    if existing_gpu_hook(doc) is None:
-        path = find_hook(config.runtime_hook.path, own_dir, environ.get("PATH", ""))
-        changed = add_prestart_hook(doc, hook_entry(path, config.path))
-        log.info(f"GPU container: added prestart hook {path}")
-    else:
+    if existing_gpu_hook(doc) is not None:
         log.info(f"GPU container: kept the prestart hook {existing_gpu_hook(doc)}")
-    if config.nvhook.runtime_mode == "spec":
-        entries = plan_entries(request, resolve_rootfs(spec, bundle_dir), config, log)
-        changed = _add_entries(doc, entries, log) or changed
-    return doc if changed else None
+        return False
+    path = find_hook(config.runtime_hook.path, own_dir, environ.get("PATH", ""))
+    log.info(f"GPU container: added prestart hook {path}")
+    return add_prestart_hook(doc, hook_entry(path, config.path, chosen))
 
 
-def cdi_document(bundle: BundleFile, spec: Any, config: HookConfig,
-                 log: RuntimeLog) -> dict[str, Any] | None:
-    """CDI mode (hook-spec 3.4): the document with the requested CDI devices' edits, or None
-    when the container's request is not in CDI mode. The request goes through the same
-    policy as any other (`nvhook.request.cdi_request`) before anything is resolved
+def _spec_hooks(doc: dict[str, Any], left: tuple[str, ...], config: HookConfig,
+                own_dir: str | None, environ: Mapping[str, str], log: RuntimeLog) -> None:
+    """Spec delivery: no GPU hook of anyone's, but ours when something is left for it."""
+    from nvhook.runtime.edit import remove_gpu_hooks
+
+    removed = remove_gpu_hooks(doc)
+    if removed:
+        log.info(f"spec delivery: removed the prestart hook {', '.join(removed)}")
+    if left:
+        log.info(f"spec delivery: the prestart hook does the rest: {'; '.join(left)}")
+        _add_hook(doc, config, own_dir, environ, log, "spec")
+
+
+def _timing(config: HookConfig, timer: PhaseTimer, bundle_dir: str, *, hook: bool) -> None:
+    """`[nvhook] timing-log`: the wrapper's own record of a spec delivery (`"wrapper": true`)."""
+    if config.nvhook.timing_log:
+        from nvmount.timing import append_record
+
+        try:  # noqa: SIM105 (contextlib: one more import on every GPU create)
+            append_record(config.nvhook.timing_log, timer.record(
+                container=os.path.basename(bundle_dir.rstrip("/")), wrapper=True, hook=hook))
+        except OSError:
+            pass
+
+
+def cdi_edit(doc: dict[str, Any], spec: Any, config: HookConfig, log: RuntimeLog) -> bool:
+    """CDI mode (hook-spec 3.4): apply the requested CDI devices' edits to `doc`; False (and
+    `doc` unchanged) when the container's request is not in CDI mode. The request goes through
+    the same policy as any other (`nvhook.request.cdi_request`) before anything is resolved
     (`nvhook.cdi.resolve`)."""
     from nvhook.cdi.resolve import apply_devices
     from nvhook.request import cdi_request
 
-    doc = decode_document(bundle)
     names = cdi_request(spec, doc.get("annotations"), config)
     if not names:
-        return None
+        return False
     used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs,
                          config.nvhook.cache_dir)
     log.info(f"CDI devices {', '.join(names)}: edits of {', '.join(used)} applied")
-    return doc
+    return True
 
 
 def _request(spec: Any, config: HookConfig) -> ContainerRequest | None:
-    from nvhook.errors import RequestError
-    from nvhook.request import MODE_ERROR, derive_request
+    """The hook's decision without the hook's own mode check: the wrapper has resolved the
+    mode (`nvhook.runtime.modes`) and the hook it adds is told so."""
+    from nvhook.request import derive_request
+    from nvmount.records import replace
 
-    try:
-        return derive_request(spec, config)
-    except RequestError as err:
-        if str(err) != MODE_ERROR:
-            raise
-        raise WrapperError(
-            f"nvidia-container-runtime.mode = {config.runtime.mode!r}: the container names no "
-            "CDI device (request them as nvidia.com/gpu=N in NVIDIA_VISIBLE_DEVICES or a "
-            'cdi.k8s.io/ annotation, or set nvidia-container-runtime.mode = "legacy")') from err
+    return derive_request(spec, replace(config, runtime_hook=replace(
+        config.runtime_hook, skip_mode_detection=True)))
 
 
 def find_hook(configured: str, own_dir: str | None, path_env: str) -> str:
@@ -150,37 +191,3 @@ def find_hook(configured: str, own_dir: str | None, path_env: str) -> str:
     raise WrapperError(
         f"find the prestart hook {configured}: not in {own_dir or '-'} nor on PATH (install it "
         "with `nvhook install`, or set nvidia-container-runtime-hook.path)")
-
-
-def plan_entries(request: ContainerRequest, rootfs: str, config: HookConfig,
-                 log: RuntimeLog) -> SpecEntries | None:
-    """Spec mode: the runtime's share of the container's plan; None when no driver."""
-    from nvhook.engine import engine_options, engine_request
-    from nvhook.runtime.spec import device_nodes, spec_entries
-    from nvmount import engine
-    from nvmount._libc import Libc
-
-    plan = engine.plan_only(engine_request(request), rootfs, engine_options(config), Libc())
-    if plan is None:
-        log.warning("spec mode: no NVIDIA driver found; the prestart hook delivers everything")
-        return None
-    modes: dict[str, int] = {}
-    for node in device_nodes(plan):
-        try:
-            modes[node.source] = os.stat(node.source).st_mode
-        except OSError as err:
-            raise WrapperError(f"spec mode: stat device node {node.source}: "
-                               f"{err.strerror}") from err
-    return spec_entries(plan, modes)
-
-
-def _add_entries(doc: dict[str, Any], entries: SpecEntries | None, log: RuntimeLog) -> bool:
-    from nvhook.runtime.edit import add_devices, add_mounts
-
-    if entries is None:
-        return False
-    nodes, rules = add_devices(doc, entries.devices, entries.rules)
-    mounts = add_mounts(doc, entries.mounts)
-    log.info(f"spec mode: added {mounts} mounts, {nodes} device nodes and {rules} device rules "
-             "to the spec")
-    return bool(nodes or rules or mounts)

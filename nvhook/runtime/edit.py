@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from nvhook.errors import WrapperError
+from nvhook.runtime.modes import DELIVERY_ENV
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -60,15 +61,30 @@ def existing_gpu_hook(doc: dict[str, Any]) -> str | None:
     return None
 
 
-def hook_entry(path: str, config_path: str | None) -> dict[str, Any]:
-    """Our prestart hook entry: absolute path, NVIDIA's args, an explicit env."""
+def hook_entry(path: str, config_path: str | None, delivery: str = "") -> dict[str, Any]:
+    """Our prestart hook entry: absolute path, NVIDIA's args, an explicit env (with the
+    delivery the wrapper chose, `nvhook.runtime.modes.DELIVERY_ENV`)."""
     if not path.startswith("/"):
         raise WrapperError(f"prestart hook path {path!r} is not absolute "
                            "(set nvidia-container-runtime-hook.path to an absolute path)")
     env = [HOOK_PATH_ENV]
     if config_path:
         env.append(f"{CONFIG_ENV}={config_path}")
+    if delivery:
+        env.append(f"{DELIVERY_ENV}={delivery}")
     return {"path": path, "args": [os.path.basename(path), "prestart"], "env": env}
+
+
+def remove_gpu_hooks(doc: dict[str, Any]) -> list[str]:
+    """Remove every prestart hook named like NVIDIA's or nvhook's; their paths."""
+    hooks = doc.get("hooks")
+    prestart = hooks.get("prestart") if isinstance(hooks, dict) else None
+    if not isinstance(prestart, list):
+        return []
+    gone = [h for h in prestart if isinstance(h, dict) and isinstance(h.get("path"), str)
+            and os.path.basename(h["path"]) in HOOK_NAMES]
+    prestart[:] = [h for h in prestart if not any(h is g for g in gone)]
+    return [g["path"] for g in gone]
 
 
 def add_prestart_hook(doc: dict[str, Any], entry: dict[str, Any]) -> bool:

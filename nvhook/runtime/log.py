@@ -16,6 +16,10 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
+if TYPE_CHECKING:
+    from nvmount.log import Sink
+
 LEVELS = {"trace": 5, "debug": 4, "info": 3, "warning": 2, "warn": 2, "error": 1}
 
 
@@ -64,6 +68,14 @@ class RuntimeLog:
             files.append((log_file, log_format == "json", False))
         self._files = files
         self._streams: list[tuple[int, bool]] | None = None
+
+    def configure(self, level: str, debug_file: str) -> None:
+        """The config's level and debug file, once it is loaded (runc's --log file is known
+        from the command line before, so an error loading the config reaches it too)."""
+        if self.level < LEVELS["debug"]:  # --debug on the command line wins
+            self.level = LEVELS.get(level, LEVELS["info"])
+        if debug_file and debug_file != "/dev/null" and self._streams is None:
+            self._files.insert(0, (debug_file, False, True))
 
     def enabled(self, level: str) -> bool:
         return LEVELS[level] <= self.level
@@ -114,3 +126,25 @@ class RuntimeLog:
             except OSError:
                 pass
         self._streams = []
+
+
+def engine_sink(log: RuntimeLog) -> Sink:
+    """An `nvmount.log.Sink` that hands the engine's records to `log` (a spec delivery's
+    discovery and plan), so that `logging` is never imported by the wrapper."""
+    from nvmount.log import DEBUG, ERROR, INFO, WARNING, Sink
+
+    names = {DEBUG: "debug", INFO: "info", WARNING: "warning", ERROR: "error"}
+    levels = {5: DEBUG, 4: DEBUG, 3: INFO, 2: WARNING, 1: ERROR}
+
+    class _RuntimeSink(Sink):
+        __slots__ = ()
+
+        def threshold(self) -> int:
+            return levels.get(log.level, INFO)
+
+        def emit(self, level: int, name: str, message: str) -> None:
+            from nvmount.log import escape
+
+            log.log(names.get(level, "error" if level > ERROR else "debug"), escape(message))
+
+    return _RuntimeSink()

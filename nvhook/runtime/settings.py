@@ -2,8 +2,10 @@
 
 Stage: the wrapper's fast path (no dataclasses, typing, logging or tomllib unless the file is
 outside the simple TOML subset, `toml_subset`). The file is found as `nvhook.config.find_config`
-finds it (NVIDIA_CTK_CONFIG_FILE_PATH > $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml
-> /etc/nvidia-container-runtime/config.toml; a test keeps the two in step). Only the keys
+finds it (NVIDIA_CTK_CONFIG_FILE_PATH > the config its launcher recorded with `nvhook install
+--config` > $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml >
+/etc/nvidia-container-runtime/config.toml; a test keeps the two in step), and every error says
+which file and what named it. Only the keys
 read here are checked here; a GPU container's `create` then loads the whole file with
 `nvhook.config.load_config`, which checks everything (so `state`, `delete` or `kill` of a
 container keep working while a broken key elsewhere in the file fails GPU creates only).
@@ -12,6 +14,7 @@ container keep working while a broken key elsewhere in the file fails GPU create
 from __future__ import annotations
 
 import os
+import stat
 
 from nvhook.errors import ConfigError
 
@@ -35,74 +38,130 @@ _KEYS = (
     ("nvhook.runtime-mode", "runtime_mode", "str"),
     ("swarm-resource", "swarm_resource", "str"),
     ("accept-nvidia-visible-devices-as-volume-mounts", "volume_mounts", "bool"),
+    ("nvidia-container-runtime.modes.cdi.annotation-prefixes", "annotation_prefixes", "list"),
 )
+RUNTIME_MODES = ("auto", "legacy", "spec")  # nvhook.config.model.RUNTIME_MODES
+# what a config.json names when it may want GPUs (`needles`), whatever the config says: the
+# variables, and JSON's escapes (a \\u or \\/ escape could spell any of them)
+GPU_STRINGS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "\\u", "\\/")
+VOLUME_MOUNTS = "nvidia-container-devices"
 
 
 class Settings:
     """What the wrapper needs from config.toml; `path` is None for built-in defaults."""
 
-    __slots__ = ("debug_file", "hook_path", "log_level", "path", "runtime_mode", "runtimes",
-                 "swarm_resource", "volume_mounts")
+    __slots__ = ("annotation_prefixes", "debug_file", "document", "hook_path", "log_level",
+                 "origin", "path", "runtime_mode", "runtimes", "stamp", "swarm_resource",
+                 "volume_mounts")
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, origin: str = "") -> None:
         self.path = path
+        self.origin = origin  # what named the file (for messages; "" for the default path)
+        self.stamp: tuple[int, ...] | None = None  # (dev, inode, size, mtime, ctime) as read
+        self.document: dict[str, Any] = {}  # the whole parsed file (a create validates it all)
         self.runtimes: tuple[str, ...] = DEFAULT_RUNTIMES
         self.debug_file = "/dev/null"
         self.log_level = "info"
         self.hook_path = "nvidia-container-runtime-hook"
-        self.runtime_mode = "legacy"
+        self.runtime_mode = "auto"
         self.swarm_resource = ""
         self.volume_mounts = False
+        self.annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
 
     def swarm_variables(self) -> tuple[str, ...]:
         """`swarm-resource` split as NVIDIA does (comma-separated, trimmed, no empties)."""
         return tuple(v for v in (p.strip() for p in self.swarm_resource.split(",")) if v)
 
+    def needles(self) -> tuple[str, ...]:
+        """Strings at least one of which a config.json that may want GPUs contains: the GPU
+        variables, JSON escapes, the CDI annotation prefixes, the swarm variables and, when
+        volume-mount lists count, their directory's name."""
+        found = [*GPU_STRINGS, *self.annotation_prefixes, *self.swarm_variables()]
+        if self.volume_mounts:
+            found.append(VOLUME_MOUNTS)
+        return tuple(dict.fromkeys(found))
 
-def find_config_path(environ: Mapping[str, str]) -> tuple[str | None, bool]:
-    """(the config file to read or None, whether it must exist)."""
+
+def find_config_path(environ: Mapping[str, str], recorded: str | None = None,
+                     launcher: str = "") -> tuple[str | None, bool, str]:
+    """(the config file to read or None, whether it must exist, what named it). `recorded`:
+    the file the launcher `launcher` was written for (`nvhook install --config`)."""
     named = environ.get(CONFIG_PATH_ENV)
     if named:
-        return named, True
+        return named, True, CONFIG_PATH_ENV
+    if recorded:
+        return recorded, True, (f"the launcher {launcher or '?'} written by "
+                                f"`nvhook install --config {recorded}`")
     xdg = environ.get("XDG_CONFIG_HOME", "")
-    for candidate in ((f"{xdg}/nvidia-container-runtime/config.toml",) if xdg else ()) + (
-            DEFAULT_CONFIG_PATH,):
-        if os.path.exists(candidate):
-            return candidate, False
-    return None, False
+    if xdg and os.path.exists(f"{xdg}/nvidia-container-runtime/config.toml"):
+        return f"{xdg}/nvidia-container-runtime/config.toml", False, "XDG_CONFIG_HOME"
+    if os.path.exists(DEFAULT_CONFIG_PATH):
+        return DEFAULT_CONFIG_PATH, False, ""
+    return None, False, ""
 
 
-def load_settings(environ: Mapping[str, str]) -> Settings:
+def load_settings(environ: Mapping[str, str], recorded: str | None = None,
+                  launcher: str = "") -> Settings:
     """The wrapper's settings from the config file `find_config_path` names (or defaults)."""
-    path, required = find_config_path(environ)
+    path, required, origin = find_config_path(environ, recorded, launcher)
     if path is None:
         return Settings()
-    text = _read(path, required)
-    if text is None:
+    read = _read(path, required, origin)
+    if read is None:
         return Settings()
-    return settings_from_document(_parse(text, path), path)
+    text, stamp = read
+    document = _parse(text, path, origin)
+    settings = settings_from_document(document, path, origin)
+    settings.stamp, settings.document = stamp, document
+    return settings
 
 
-def _read(path: str, required: bool) -> str | None:
+def named_by(origin: str) -> str:
+    """" (named by ...)" for messages, "" for the default path."""
+    return f" (named by {origin})" if origin else ""
+
+
+def _read(path: str, required: bool, origin: str) -> tuple[str, tuple[int, ...]] | None:
+    """(the file's text, its stamp), or None when an optional file is missing."""
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_CONFIG_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"error loading config: {path}{named_by(origin)}: not a "
+                                  "regular file")
+            data = _read_fd(fd)
+        finally:
+            os.close(fd)
     except FileNotFoundError as err:
         if not required:
             return None
         raise ConfigError(f"error loading config: couldn't open required configuration file "
-                          f"{path}: file does not exist (named by {CONFIG_PATH_ENV})") from err
+                          f"{path}: file does not exist{named_by(origin)} (restore it, or name "
+                          "an existing file)") from err
     except OSError as err:
-        raise ConfigError(f"error loading config: open {path}: {err.strerror}") from err
+        raise ConfigError(f"error loading config: open {path}{named_by(origin)}: "
+                          f"{err.strerror}") from err
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"error loading config: {path} is larger than 4 MiB")
+        raise ConfigError(f"error loading config: {path}{named_by(origin)} is larger than 4 MiB")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"error loading config: {path}: not UTF-8 ({err})") from err
+        raise ConfigError(f"error loading config: {path}{named_by(origin)}: not UTF-8 "
+                          f"({err})") from err
+    return text, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _parse(text: str, path: str) -> dict[str, Any]:
+def _read_fd(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _parse(text: str, path: str, origin: str = "") -> dict[str, Any]:
     from nvhook.config.toml_subset import parse_simple
 
     doc = parse_simple(text)
@@ -113,27 +172,29 @@ def _parse(text: str, path: str) -> dict[str, Any]:
     try:
         return toml_loads(text)
     except ValueError as err:
-        raise ConfigError(f"error loading config: couldn't parse configuration file {path}: "
-                          f"{err} (fix the TOML syntax)") from err
+        raise ConfigError(f"error loading config: couldn't parse configuration file {path}"
+                          f"{named_by(origin)}: {err} (fix the TOML syntax)") from err
 
 
-def settings_from_document(doc: dict[str, Any], path: str | None) -> Settings:
+def settings_from_document(doc: dict[str, Any], path: str | None,
+                           origin: str = "") -> Settings:
     """Overlay the keys the wrapper reads on the defaults, checking their types. Pure."""
-    settings = Settings(path)
+    settings = Settings(path, origin)
+    where = f"{path}{named_by(origin)}"
     for key, attr, kind in _KEYS:
         value = _lookup(doc, key)
         if value is None:
             continue
         if not _is_kind(value, kind):
-            raise ConfigError(f"error loading config: invalid config {path}: {key} = "
+            raise ConfigError(f"error loading config: invalid config {where}: {key} = "
                               f"{value!r} is not {_KINDS[kind]}")
         setattr(settings, attr, tuple(value) if kind == "list" else value)
     if not settings.runtimes:
         raise ConfigError("error loading config: at least one runtime candidate must be "
-                          f"specified (nvidia-container-runtime.runtimes in {path})")
-    if settings.runtime_mode not in ("legacy", "spec"):
-        raise ConfigError(f"error loading config: invalid config {path}: nvhook.runtime-mode = "
-                          f"{settings.runtime_mode!r} (allowed: legacy, spec)")
+                          f"specified (nvidia-container-runtime.runtimes in {where})")
+    if settings.runtime_mode not in RUNTIME_MODES:
+        raise ConfigError(f"error loading config: invalid config {where}: nvhook.runtime-mode = "
+                          f"{settings.runtime_mode!r} (allowed: {', '.join(RUNTIME_MODES)})")
     return settings
 
 

@@ -24,6 +24,7 @@ from nvmount.discover.gated import find_gated
 from nvmount.discover.inventory import DriverFile, DriverInventory, FileKind, Gpu
 from nvmount.discover.ldcache import MACHINE_ARCHES, LdcacheEntry, read_ldcache
 from nvmount.discover.options import DEFAULT_PATH, DiscoveryOptions, ipc_path_list
+from nvmount.discover.presence import NVML_SONAME, no_driver_reason  # noqa: F401 (callers)
 from nvmount.errors import DriverError, strerror
 from nvmount.log import get_logger
 from nvmount.records import replace
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-NVML_SONAME = "libnvidia-ml.so.1"
 TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu",
             "ppc64le": "powerpc64le-linux-gnu"}
 def discover_driver(
@@ -155,19 +155,3 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         mig_monitor_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/monitor", caps_major),
         mig_minors=mig_minors, imex_channels=dev.imex_channels(droot, imex_major),
         warnings=tuple(warnings), graphics=extra, gated_nodes=gated[0], gated_files=gated[1])
-
-
-def no_driver_reason(root: str, ldcache: str) -> str | None:
-    """Why there is no driver under the driver root at all (None: there is one to inspect):
-    no ld.so.cache, or no libnvidia-ml.so.1 in it. Anything else is a broken driver."""
-    droot = DriverRoot(root)
-    cache = droot.host(droot.resolve(ldcache).path)
-    try:
-        entries = read_ldcache(cache, prefixes=(NVML_SONAME,))
-    except FileNotFoundError:
-        return f"{cache} does not exist"
-    except (OSError, DriverError):
-        return None  # let discovery report it
-    if not any(e.key == NVML_SONAME for e in entries):
-        return f"{NVML_SONAME} is not in {cache}"
-    return None

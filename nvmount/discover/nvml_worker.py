@@ -140,7 +140,8 @@ def _read_answer(rfd: int, pid: int, timeout: float) -> bytes:
             os.kill(pid, signal.SIGKILL)
             raise DriverError(
                 f"query nvml: no answer within {timeout:g} s (a GPU without persistence mode "
-                f"can take seconds to open: start nvidia-persistenced on the host)")
+                f"can take seconds to open: start nvidia-persistenced on the host, or raise "
+                f"[nvhook] nvml-timeout)")
         chunk = os.read(rfd, 65536)
         if not chunk:
             return b"".join(chunks)

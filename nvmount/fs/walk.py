@@ -255,6 +255,19 @@ class Walker:
         else:
             log.info("keep existing %s (not replacing it with a symlink)", where)
             return
+        if (self.uid, self.gid) == (os.geteuid(), os.getegid()):  # our own: one symlinkat
+            try:
+                os.symlink(link_text, name, dir_fd=pfd)
+            except FileExistsError:
+                log.info("keep existing %s (not replacing it with a symlink)", where)
+                return
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev,
+                                        st.st_ino))
+            log.debug("created symlink %s -> %s", where, link_text)
+            return
+        # another owner (a user namespace): chowned under a temporary name, then renamed in,
+        # so the link never appears with the wrong owner
         tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
         os.symlink(link_text, tmp, dir_fd=pfd)
         try:

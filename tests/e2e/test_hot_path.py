@@ -1,6 +1,8 @@
 """What a container start loads (issue 9), counted, not timed: the hook's common path imports
 none of dataclasses, typing, inspect, logging, tomllib, re, enum, json or contextlib, and
-defines no dataclass; a container that wants no GPU loads little beyond the gate.
+defines no dataclass; a container that wants no GPU loads little beyond the gate. The same
+holds for the runtime wrapper's create of a GPU container in spec delivery (issue 22), and its
+sh launcher starts no interpreter at all for runc's other commands or a non-GPU create.
 
 The probe below is the hook launcher's own sequence (gate, then the CLI) run by
 /usr/bin/python3 -IS; instead of exiting it writes the loaded module names to $PROBE_OUT.
@@ -8,7 +10,9 @@ The probe below is the hook launcher's own sequence (gate, then the CLI) run by
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +21,7 @@ import _prctl  # type: ignore[import-not-found]
 import pytest
 
 from nvhook.demo.bundle import Runc
+from nvhook.demo.driver import launcher_python, nvhook_command
 from tests.fixtures.containers import GpuRig, created_container
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
@@ -129,3 +134,97 @@ def test_nvidias_hooks_load_little(gpu_rig: GpuRig, tmp_path: Path) -> None:
     assert "nvhook.compat.cdihook.batch" in modules
     assert not modules & FORBIDDEN, sorted(modules & FORBIDDEN)
     assert "nvmount.ldcache.sandbox" not in modules  # the cache was written, not ldconfig run
+
+
+# -- the runtime wrapper: its launcher, and the create it hands to Python ----------------------
+WRAPPER_PROBE = """\
+import sys
+sys.path.extend({paths!r})
+import posix
+
+
+def _probe(path, argv, env):  # the wrapper's last step: report instead of exec'ing runc
+    dataclasses = [m for m, mod in list(sys.modules.items())
+                   if m.startswith(("nvhook", "nvmount")) for v in vars(mod).values()
+                   if isinstance(v, type) and "__dataclass_fields__" in vars(v)]
+    fd = posix.open(posix.environ[b"PROBE_OUT"], posix.O_WRONLY | posix.O_CREAT, 0o600)
+    posix.write(fd, " ".join([*sorted(sys.modules), "|", *dataclasses]).encode())
+    posix._exit(0)
+
+
+import os
+os.execve = _probe
+from nvhook.runtime.wrapper import launched
+launched(sys.argv[1:])
+"""
+
+
+def spec_config(gpu_rig: GpuRig, tmp: Path) -> Path:
+    """The sim's config with a private inventory cache and no simulated procfs: a spec
+    delivery that needs no hook, as on a node with a real driver."""
+    config = tmp / "spec.toml"
+    config.write_text(gpu_rig.config.read_text().replace("sim-procfs = true", "sim-procfs = false")
+                      + f'cache-dir = "{tmp}/cache"\n')
+    return config
+
+
+def test_a_spec_delivery_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_path: Path) -> None:
+    """A GPU container's create through the wrapper (plan, spec edits, links and ld.so.cache in
+    the rootfs) imports what the hook's path imports, and no NVML after the first start."""
+    config = spec_config(gpu_rig, tmp_path)
+    script = tmp_path / "wrapper_probe.py"
+    script.write_text(WRAPPER_PROBE.format(paths=[str(REPO),
+                                                  os.path.dirname(_prctl.__file__)]))
+    report = tmp_path / "modules.txt"
+    for _attempt in range(2):  # the first create fills the inventory cache
+        bundle = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
+        report.unlink(missing_ok=True)
+        proc = subprocess.run(
+            ["/usr/bin/python3", "-IS", str(script), str(tmp_path / "nvhook-runtime"),
+             str(config), "", "create", "--bundle", str(bundle), "hot-wrapper"],
+            capture_output=True, cwd=bundle, timeout=60, check=False,
+            env={"PATH": "/usr/bin:/bin", "PROBE_OUT": str(report)})
+        assert proc.returncode == 0, proc.stderr.decode()
+    modules_text, _, dataclasses = report.read_text().partition(" | ")
+    modules = set(modules_text.split())
+    assert "nvhook.runtime.deliver" in modules and "nvhook.runtime.rootfs" in modules
+    assert not modules & FORBIDDEN, sorted(modules & FORBIDDEN)
+    assert "nvmount.discover.nvml_worker" not in modules  # the inventory came from the cache
+    assert not dataclasses.split()
+    doc = json.loads((bundle / "config.json").read_text())
+    assert not doc.get("hooks", {}).get("prestart")  # one process: no hook left
+
+
+@pytest.mark.skipif(not shutil.which("strace"), reason="needs strace")
+def test_the_runtime_launcher_starts_python_only_for_gpu_creates(gpu_rig: GpuRig,
+                                                                 tmp_path: Path) -> None:
+    """The sh launcher execs runc itself for state, kill, delete, start and a non-GPU
+    create; only a GPU container's create starts the interpreter."""
+    config = spec_config(gpu_rig, tmp_path)
+    prefix = tmp_path / "bin"
+    proc = subprocess.run([*nvhook_command(), "--config", str(config), "install", "--prefix",
+                           str(prefix), "--python", launcher_python(), "--runtime-name",
+                           "nvhook-runtime"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    plain = gpu_rig.baseline.bundle(["/bin/true"], env=["PATH=/bin"])
+    gpu = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    calls = [(["state", "hot-none"], False), (["kill", "hot-none", "9"], False),
+             (["delete", "--force", "hot-none"], False), (["start", "hot-none"], False),
+             (["--root", "/run/nvhook-hot", "create", "--bundle", str(plain), "hot-plain"],
+              False), (["create", "--bundle", str(gpu), "hot-gpu"], True)]
+    for args, python in calls:
+        trace = tmp_path / "execve.txt"
+        # the launcher's own process only (it execs runc or python; not grep, not runc init)
+        subprocess.run(["strace", "-qq", "-e", "trace=execve", "-o", str(trace),
+                        str(prefix / "nvhook-runtime"), *args], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,  # runc init keeps
+                       timeout=120, check=False, env={"PATH": "/usr/sbin:/usr/bin:/bin"})
+        programs = [line.split('"')[1] for line in trace.read_text().splitlines()
+                    if "execve(" in line and "= 0" in line]
+        assert any(p.endswith("/runc") for p in programs), (args, programs)
+        assert any("python" in p for p in programs) == python, (args, programs)
+        for cid in ("hot-plain", "hot-gpu"):
+            subprocess.run(["runc", "--root", "/run/nvhook-hot", "delete", "-f", cid],
+                           capture_output=True, check=False)
+            subprocess.run(["runc", "delete", "-f", cid], capture_output=True, check=False)

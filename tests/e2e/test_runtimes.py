@@ -23,7 +23,7 @@ from tests.fixtures.clientrig.containerd import ContainerdDaemon, config_dump, c
 from tests.fixtures.clientrig.docker import DockerDaemon
 from tests.fixtures.clientrig.podman import Podman
 from tests.fixtures.clients import ClientRig, describe, require_binaries
-from tests.fixtures.gpu_clients import PROBE, GpuInstall, gpu_listing, nvhook
+from tests.fixtures.gpu_clients import PROBE, GpuInstall, gpu_listing, install, nvhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.usefixtures("client_leak_check")]
 
@@ -41,7 +41,11 @@ def docker(client_rig: ClientRig, gpu_install: GpuInstall) -> DockerDaemon:
     launcher dir is on dockerd's PATH (for `--gpus`, which looks the hook up there)."""
     daemon = client_rig.docker(start=False, extra_path=(gpu_install.prefix,))
     config = daemon.write_config()
-    for name, prefix in (("nvidia", gpu_install.prefix), ("nvidia-spec", gpu_install.spec_prefix)):
+    broken = gpu_install.prefix.parent / "broken-bin"  # its config is broken by a test
+    install(broken, Path(gpu_install.legacy_config).parent / "breakable.toml",
+            source=gpu_install.legacy_config)
+    for name, prefix in (("nvidia", gpu_install.prefix), ("nvidia-spec", gpu_install.spec_prefix),
+                         ("nvidia-broken", broken)):
         proc = nvhook("runtime", "configure", "--runtime=docker", f"--config={config}",
                       f"--runtime-name={name}",
                       f"--runtime-path={prefix}/nvidia-container-runtime")
@@ -74,6 +78,38 @@ def test_docker_config_is_ours_only(docker: DockerDaemon, gpu_install: GpuInstal
     assert config["runtimes"]["nvidia"] == {
         "args": [], "path": f"{gpu_install.prefix}/nvidia-container-runtime"}
     assert docker.run(["echo", "plain"], runtime="nvidia").stdout == "plain\n"
+
+
+@pytest.mark.parametrize("damage", ["gone", "invalid"])
+def test_docker_shows_the_wrappers_error_and_removes_the_container(
+    docker: DockerDaemon, gpu_install: GpuInstall, damage: str
+) -> None:
+    """issue 18: a config the launcher names that is gone or broken fails every create with
+    the wrapper's own message in `docker run`'s output (runc's --log file), naming the file and
+    the launcher; `docker rm -f` of the container still works (delete passes through)."""
+    config = Path(gpu_install.legacy_config).parent / "breakable.toml"
+    saved = config.read_bytes()
+    name = f"nvhook-broken-{damage}"
+    try:
+        if damage == "gone":
+            config.unlink()
+            want = (f"couldn't open required configuration file {config}: file does not exist "
+                    f"(named by the launcher {config.parent}/broken-bin/nvidia-container-runtime "
+                    f"written by `nvhook install --config {config}`)")
+        else:
+            config.write_text("[nvidia-container-runtime\n")
+            want = f"couldn't parse configuration file {config} (named by the launcher"
+        proc = docker.docker("run", "--name", name, "--network", "none", "--runtime",
+                             "nvidia-broken", "-e", "NVIDIA_VISIBLE_DEVICES=0", docker.image,
+                             "true")
+        assert proc.returncode != 0 and want in proc.stderr, describe(proc)
+        assert "unable to retrieve OCI runtime error" not in proc.stderr
+        plain = docker.run(["echo", "plain"], runtime="nvidia-broken")  # GPU or not
+        assert plain.returncode != 0 and want in plain.stderr, describe(plain)
+    finally:
+        config.write_bytes(saved)
+        removed = docker.docker("rm", "-f", name)
+    assert removed.returncode == 0, describe(removed)
 
 
 # -- containerd ---------------------------------------------------------------------------------
@@ -166,9 +202,12 @@ exec {runtime} "$@"
 RUNC = Path("/usr/sbin/runc")
 
 
-def wrapper_config(install: GpuInstall, path: Path, runtime: Path, spec: bool) -> Path:
-    """The sim's config (or the spec-mode one) with `runtimes` set to `runtime`."""
-    base = (install.spec_config if spec else Path(install.sim.config_path)).read_text()
+def wrapper_config(install: GpuInstall, path: Path, runtime: Path, spec: bool,
+                   sim_procfs: bool = True) -> Path:
+    """The legacy (or the spec-mode) config with `runtimes` set to `runtime`."""
+    base = (install.spec_config if spec else install.legacy_config).read_text()
+    if not sim_procfs:
+        base = base.replace("sim-procfs = true", "sim-procfs = false")
     path.write_text(f'nvidia-container-runtime.runtimes = ["{runtime}"]\n' + base)
     return path
 
@@ -233,8 +272,33 @@ def test_spec_mode_runtime_gets_devices_and_hook_writes_no_rule(
              for r in received["linux"]["resources"]["devices"] if r.get("allow")}
     assert {("c", 195, m, "rw") for m in (*minors, 255)} <= rules
     assert any(m["destination"].endswith("/nvidia-smi") for m in received["mounts"])
-    record = gpu_install.timing_records()[records]
-    assert (record["device_rules"], record["gpus"]) == (0, 2), record  # the hook: no rule
+    wrapper, hook = gpu_install.timing_records()[records:records + 2]
+    assert (wrapper["wrapper"], wrapper["hook"]) == (True, True)  # the sim's procfs: a hook
+    assert (hook["device_rules"], hook["gpus"]) == (0, 2), hook  # the hook: no rule
+
+
+def test_spec_delivery_needs_no_hook(client_rig: ClientRig, gpu_install: GpuInstall,
+                                     tmp_path: Path) -> None:
+    """Spec delivery without the simulated procfs (a real driver's /proc/driver/nvidia is the
+    kernel's): runc gets no prestart hook at all; the nodes, the driver's files, the links and
+    the ld.so.cache are in place when the container starts."""
+    require_binaries(RUNC)
+    script, copy = recorder(tmp_path, RUNC)
+    config = wrapper_config(gpu_install, tmp_path / "c.toml", script, spec=True,
+                            sim_procfs=False)
+    records = len(gpu_install.timing_records())
+    probe = ["sh", "-c", "ls /dev | grep -E '^nvidia[0-9]+$'; readlink "
+             "/usr/lib/x86_64-linux-gnu/libcuda.so.1; grep -q libnvidia-ml.so.1 "
+             "/etc/ld.so.cache && echo cached; test -x /usr/bin/nvidia-smi && echo smi"]
+    proc, _, _ = wrapped_run(client_rig, gpu_install, tmp_path, config,
+                             ["NVIDIA_VISIBLE_DEVICES=3"], probe)
+    minor = next(g.minor for g in gpu_install.sim.gpus if g.index == 3)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [f"nvidia{minor}", "libcuda.so.550.54.15", "cached", "smi"]
+    received = json.loads(copy.read_text())
+    assert not received.get("hooks", {}).get("prestart")
+    records = gpu_install.timing_records()[records:]
+    assert [(r.get("wrapper"), r.get("hook")) for r in records] == [(True, False)]
 
 
 # What runc allows on its own (libcontainer/specconv AllowedDevices), re-applied with the

@@ -292,11 +292,15 @@ def test_launcher_kinds(tmp_path: Path) -> None:
         texts[kind] = proc.stdout
     for kind in ("hook", "cli", "ctk", "cdihook"):  # the last two run for containers too
         assert 'os.chdir("/")' in texts[kind] and "nvhook_reexec" in texts[kind]
-    assert "chdir" not in texts["runtime"] and "nvhook_reexec" not in texts["runtime"]
+        assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in \
+            texts[kind]
     assert "from nvhook.compat.nvcli.cmd import main" in texts["cli"]
-    assert "from nvhook.runtime.wrapper import main" in texts["runtime"]
-    for text in texts.values():
-        assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in text
+    runtime = texts["runtime"]  # a POSIX sh front (nvhook.runtime.launcher)
+    assert runtime.startswith("#!/bin/sh\n") and "cd " not in runtime
+    assert "nvhook_reexec" not in runtime and "export " not in runtime  # env passed unchanged
+    assert f"exec {PYTHON} -IS" in runtime.replace('"$nvhook_python"', PYTHON)
+    assert "from nvhook.runtime.wrapper import launched" in runtime
+    assert "nvhook_config=/etc/x.toml\n" in runtime
 
 
 def test_moved_installation_fails_with_one_line(tmp_path: Path) -> None:
@@ -306,9 +310,13 @@ def test_moved_installation_fails_with_one_line(tmp_path: Path) -> None:
         proc = subprocess.run([*INSTALL, "--print", kind], capture_output=True, text=True,
                               timeout=60, check=False)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
-        head, _, rest = proc.stdout.partition("sys.path.extend(")
-        moved = (head + f"sys.path.extend([{str(tmp_path / 'gone')!r}])\n"
-                 + rest.split(")\n", 1)[1])
+        if kind == "runtime":  # the sh launcher checks the wrapper module before Python
+            head, _, rest = proc.stdout.partition("nvhook_module=")
+            moved = head + f"nvhook_module={tmp_path}/gone/wrapper.py\n" + rest.split("\n", 1)[1]
+        else:
+            head, _, rest = proc.stdout.partition("sys.path.extend(")
+            moved = (head + f"sys.path.extend([{str(tmp_path / 'gone')!r}])\n"
+                     + rest.split(")\n", 1)[1])
         launcher = tmp_path / f"launcher-{kind}"
         launcher.write_text(moved)
         launcher.chmod(0o755)
@@ -317,7 +325,9 @@ def test_moved_installation_fails_with_one_line(tmp_path: Path) -> None:
         assert run.returncode == 127, run.stderr
         lines = run.stderr.splitlines()
         assert len(lines) == 1 and "Traceback" not in run.stderr
-        assert lines[0].startswith(f"{launcher}: cannot import nvhook (No module named 'nvhook')")
+        start = ("nvhook-runtime: cannot run the runtime wrapper: " if kind == "runtime" else
+                 f"{launcher}: cannot import nvhook (No module named 'nvhook')")
+        assert lines[0].startswith(start)
         assert "re-run `nvhook install`, or reinstall the nvhook package" in lines[0]
 
 

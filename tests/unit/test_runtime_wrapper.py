@@ -55,8 +55,8 @@ def test_argv_flags_and_errors() -> None:
     assert parse_runtime_argv(["--version"]).version
     assert parse_runtime_argv(["-v"]).version
     assert parse_runtime_argv(["--debug", "state", "x"]).debug
-    with pytest.raises(ValueError, match="bundle option requires an argument"):
-        parse_runtime_argv(["create", "x", "-b"])
+    inv = parse_runtime_argv(["create", "x", "-b"])
+    assert inv.error == "bundle option requires an argument" and not inv.creates
 
 
 LOOKUPS = [
@@ -79,6 +79,10 @@ def test_config_lookup_agrees_with_the_hook(tmp_path: Path, env: dict[str, str],
     environ = {k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()}
     path, _ = find_config(None, environ)
     assert find_config_path(environ)[0] == path
+    if "NVIDIA_CTK_CONFIG_FILE_PATH" not in environ:  # a launcher's recorded config comes next
+        recorded = find_config_path(environ, "/rec.toml", "/bin/l")
+        assert recorded == ("/rec.toml", True, "the launcher /bin/l written by `nvhook install "
+                            "--config /rec.toml`")
 
 
 def test_settings_from_document() -> None:
@@ -90,13 +94,13 @@ def test_settings_from_document() -> None:
                                                                        "spec")
     assert s.swarm_variables() == ("A", "B") and s.volume_mounts
     defaults = settings_from_document({}, None)
-    assert defaults.runtimes == ("runc", "crun") and defaults.runtime_mode == "legacy"
+    assert defaults.runtimes == ("runc", "crun") and defaults.runtime_mode == "auto"
 
 
 @pytest.mark.parametrize(("doc", "message"), [
     ({"nvidia-container-runtime": {"runtimes": "runc"}}, "is not an array of strings"),
     ({"nvidia-container-runtime": {"runtimes": []}}, "at least one runtime candidate"),
-    ({"nvhook": {"runtime-mode": "cdi"}}, "allowed: legacy, spec"),
+    ({"nvhook": {"runtime-mode": "cdi"}}, "allowed: auto, legacy, spec"),
     ({"swarm-resource": 1}, "swarm-resource = 1 is not a string"),
 ], ids=["runtimes-type", "runtimes-empty", "mode", "swarm"])
 def test_settings_errors(doc: dict[str, object], message: str) -> None:
@@ -206,7 +210,7 @@ def test_create_of_a_gpu_container_adds_the_hook_once(
     assert doc["hooks"]["prestart"] == [{
         "path": str(hook), "args": ["nvidia-container-runtime-hook", "prestart"],
         "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                f"NVIDIA_CTK_CONFIG_FILE_PATH={config}"]}]
+                f"NVIDIA_CTK_CONFIG_FILE_PATH={config}", "NVHOOK_RUNTIME_DELIVERY=legacy"]}]
     assert doc["zz-unknown"] == {"kept": [1, 2.5, None]}
     assert (bundle / "config.json").stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]  # no temp file left
