@@ -237,37 +237,27 @@ class Walker:
         so that it never shows with another owner."""
         real = self.root.real_path(pfd)
         where = posixpath.join(real, name)
-        if self._born_owned(pfd):
-            try:
+        try:
+            if self._born_owned(pfd):
                 os.symlink(link_text, name, dir_fd=pfd)
-            except FileExistsError:
-                log.info("keep existing %s (not replacing it with a symlink)", where)
-                return
-            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev,
-                                        st.st_ino))
-            log.debug("created symlink %s -> %s", where, link_text)
+            else:
+                self._symlink_renamed(pfd, name, link_text)
+        except FileExistsError:
+            log.info("keep existing %s (not replacing it with a symlink)", where)
             return
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
+        log.debug("created symlink %s -> %s", where, link_text)
+
+    def _symlink_renamed(self, pfd: int, name: str, link_text: str) -> None:
+        """Another owner (a user namespace, a setgid directory): the link is made at a
+        temporary name, chowned, then renamed in (FileExistsError when `name` exists)."""
         try:
             os.stat(name, dir_fd=pfd, follow_symlinks=False)
         except FileNotFoundError:
             pass
         else:
-            log.info("keep existing %s (not replacing it with a symlink)", where)
-            return
-        if (self.uid, self.gid) == (os.geteuid(), os.getegid()):  # our own: one symlinkat
-            try:
-                os.symlink(link_text, name, dir_fd=pfd)
-            except FileExistsError:
-                log.info("keep existing %s (not replacing it with a symlink)", where)
-                return
-            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev,
-                                        st.st_ino))
-            log.debug("created symlink %s -> %s", where, link_text)
-            return
-        # another owner (a user namespace): chowned under a temporary name, then renamed in,
-        # so the link never appears with the wrong owner
+            raise FileExistsError(name)
         tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
         os.symlink(link_text, tmp, dir_fd=pfd)
         try:
@@ -277,15 +267,9 @@ class Walker:
             from nvmount import _libc
 
             self.root.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE)
-        except FileExistsError:
-            os.unlink(tmp, dir_fd=pfd)
-            log.info("keep existing %s (not replacing it with a symlink)", where)
-            return
         except BaseException:
             os.unlink(tmp, dir_fd=pfd)
             raise
-        self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
-        log.debug("created symlink %s -> %s", where, link_text)
 
     def _born_owned(self, pfd: int) -> bool:
         """Whether an entry made in directory `pfd` is born owned by uid:gid: we are that
