@@ -135,7 +135,8 @@ def test_installed_package_runs(release: Release, debian_root: Path) -> None:
                    "nvhook --config /tmp/beyond.toml config check --json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[:4] == ["#!/usr/bin/python3 -IS"] * 4
+    # nvidia-container-runtime is a POSIX sh front (nvhook.runtime.launcher)
+    assert lines[:4] == ["#!/usr/bin/python3 -IS"] * 2 + ["#!/bin/sh", "#!/usr/bin/python3 -IS"]
     assert lines[4].startswith(f"nvhook version {__version__}")
     assert "config /etc/nvidia-container-runtime/config.toml" in proc.stdout
     assert "ok: no problems found" in proc.stdout
