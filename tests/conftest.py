@@ -30,3 +30,30 @@ def _engine_log_sink() -> Iterator[None]:
     log.install(None)
     yield
     log.install(None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_nvhook_left_as_found() -> Iterator[None]:
+    """The tests run nvhook as root with its default cache directory, /run/nvhook (the runtime
+    launcher's facts, parsed CDI specs, the config and inventory caches): what this session
+    added there is removed at its end, and the directory too if the session made it."""
+    import contextlib
+    import os
+    import shutil
+
+    top = "/run/nvhook"
+    existed = os.path.isdir(top)
+    before = set(os.listdir(top)) if existed else set()
+    yield
+    if os.geteuid() != 0 or not os.path.isdir(top) or os.path.islink(top):
+        return
+    if not existed:
+        shutil.rmtree(top, ignore_errors=True)
+        return
+    for name in set(os.listdir(top)) - before:
+        path = os.path.join(top, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
