@@ -77,7 +77,7 @@ def spec_files(dirs: tuple[str, ...] | list[str], kind: str | None = S.KIND) -> 
     None), in the CDI library's order; a directory or file that a non-root user could have
     written is ignored with a warning (`nvmount.fs.trusted`)."""
     from nvmount.errors import TrustError
-    from nvmount.fs.trusted import list_dir, read_file
+    from nvmount.fs.trusted import check_path, list_dir, read_file
 
     found = []
     for directory in dirs:
@@ -92,14 +92,16 @@ def spec_files(dirs: tuple[str, ...] | list[str], kind: str | None = S.KIND) -> 
             if not path.endswith((".json", ".yaml")) or not os.path.isfile(path):
                 continue
             try:
-                head = read_file(os.path.abspath(path), "CDI spec", 1 << 16)
+                if kind is None:  # the trust walk alone: the reader reads the file
+                    check_path(os.path.abspath(path), "CDI spec")
+                elif kind.encode() not in read_file(os.path.abspath(path), "CDI spec", 1 << 16):
+                    continue
             except TrustError as err:
                 _ignore(err)
                 continue
             except OSError:
                 continue
-            if kind is None or kind.encode() in head:
-                found.append(path)
+            found.append(path)
     return found
 
 

@@ -162,12 +162,7 @@ def _read_fd(fd: int) -> bytes:
 
 
 def _parse(text: str, path: str, origin: str = "") -> dict[str, Any]:
-    from nvhook.config.toml_subset import parse_simple
-
-    doc = parse_simple(text)
-    if doc is not None:
-        return doc
-    from nvhook.config.toml_read import loads as toml_loads
+    from nvhook.config.toml_read import loads as toml_loads  # the simple subset first
 
     try:
         return toml_loads(text)
