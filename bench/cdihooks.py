@@ -43,9 +43,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nvhook.demo.bundle import Runc, container_spec, new_container_id  # noqa: E402
-from nvhook.demo.driver import launcher_python  # noqa: E402
-from nvhook.demo.rootfs import build_rootfs, copy_rootfs  # noqa: E402
+from nvhook.dev.demo.bundle import Runc, container_spec, new_container_id  # noqa: E402
+from nvhook.dev.demo.driver import launcher_python  # noqa: E402
+from nvhook.dev.demo.rootfs import build_rootfs, copy_rootfs  # noqa: E402
 
 PEER_HOOK = Path(os.environ.get("PEER_CDI_HOOK", "/opt/peer-1.20/bin/nvidia-cdi-hook"))
 SPEC = REPO / "tests/data/nvidia-specs/nvidia-ctk-1.20.0.yaml"
@@ -113,7 +113,7 @@ def nvidia_spec(sim_root: Path) -> dict[str, Any]:
 class Bench:
     def __init__(self, work: Path, jit_cdi: bool, libs: int, sim_procfs: bool,
                  baseline: Path | None = None) -> None:
-        from nvhook.sim import SimSpec, create_sim_root
+        from nvhook.dev.sim import SimSpec, create_sim_root
 
         self.work, self.jit_cdi = work, jit_cdi
         self.rootfs = build_rootfs(work / "rootfs")

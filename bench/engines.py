@@ -8,7 +8,7 @@ roots and sockets, loopback only, stopped by pid): dockerd A with every stack as
 and nvhook's hook on its PATH (`docker run --gpus`), dockerd B with NVIDIA 1.17.8's hook on
 its PATH (its `--gpus` series), one containerd for `ctr run --runc-binary`. The demo rootfs
 is imported as an image (and, for the large-image scenario, a copy with 1,000 libraries in
-20 directories: nvhook.sim.image). Every series runs once per round, round-robin, after a
+20 directories: nvhook.dev.sim.image). Every series runs once per round, round-robin, after a
 warm-up round; a run is `docker run --rm --network none IMG /bin/true` (or `ctr run --rm`).
 Wall: the client command. CPU: the client's rusage plus the daemon side (the cpuacct usage of
 a private cgroup holding the daemon, its shims, the runtime calls and hooks), read once the

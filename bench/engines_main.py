@@ -28,7 +28,7 @@ def log(message: str) -> None:
 
 
 def make_sim(work: Path, name: str, gpus: int, delay_ms: int = 0) -> Path:
-    from nvhook.demo.driver import nvhook_command
+    from nvhook.dev.demo.driver import nvhook_command
 
     root = work / name
     argv = [*nvhook_command(), "sim", "create", str(root), "--gpus", str(gpus), "--ipc",
@@ -42,12 +42,12 @@ def make_sim(work: Path, name: str, gpus: int, delay_ms: int = 0) -> Path:
 
 
 def images(work: Path, scenarios: list[str], libraries: int) -> dict[str, Path]:
-    from nvhook.demo.rootfs import build_rootfs, copy_rootfs
+    from nvhook.dev.demo.rootfs import build_rootfs, copy_rootfs
 
     rootfs = build_rootfs(work / "rootfs")
     out = {E.IMAGE: rootfs}
     if "large-image" in scenarios:
-        from nvhook.sim.image import add_libraries
+        from nvhook.dev.sim.image import add_libraries
 
         large = copy_rootfs(rootfs, work / "rootfs-large")
         add_libraries(large, count=libraries)
@@ -57,7 +57,7 @@ def images(work: Path, scenarios: list[str], libraries: int) -> dict[str, Path]:
 
 def build(args: object, work: Path, rig: E.Rig) -> tuple[list[E.Series], dict[str, object]]:
     """Every stack, daemon and series (module docstring of bench/engines.py)."""
-    from nvhook.demo.driver import launcher_python
+    from nvhook.dev.demo.driver import launcher_python
 
     a: object = args
     scenarios = a.scenarios.split(",")  # type: ignore[attr-defined]

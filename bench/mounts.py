@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nvhook.demo.rootfs import build_rootfs, copy_rootfs
+from nvhook.dev.demo.rootfs import build_rootfs, copy_rootfs
 
 
 def sim_root(work: Path, gpus: int) -> Path:
@@ -42,7 +42,7 @@ def sim_root(work: Path, gpus: int) -> Path:
 
 def make_plan(sim: Path, rootfs: Path, devices: str = "all") -> object:
     from nvhook.config.load import load_config
-    from nvhook.engine import engine_options
+    from nvhook.hook.mount import engine_options
     from nvmount import engine
     from nvmount._libc import Libc
     from nvmount.capabilities import DriverCapability as C
@@ -58,7 +58,7 @@ def make_plan(sim: Path, rootfs: Path, devices: str = "all") -> object:
 
 def _proc_driver(rootfs: Path) -> None:
     """The container's /proc at prestart: procfs, with the sim step's /proc/driver tmpfs."""
-    from nvhook.sim.prestart import _make_tmpfs
+    from nvhook.dev.sim.prestart import _make_tmpfs
     from nvmount import _libc
 
     libc = _libc.Libc()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nvhook.demo.bundle import HookEntry
+from nvhook.dev.demo.bundle import HookEntry
 
 PEER = Path("/opt/peer")
 PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from peer import find_peer, peer_config, peer_hook_entry
 from series import Rig, Series
 
-from nvhook.demo.driver import install_hook, nvhook_hook_entry
-from nvhook.demo.rootfs import build_rootfs
+from nvhook.dev.demo.driver import install_hook, nvhook_hook_entry
+from nvhook.dev.demo.rootfs import build_rootfs
 
 GPU_ENV = ("NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from peer import find_peer, peer_config, peer_hook_entry
 from series import Rig, Series, floor_hook
 
-from nvhook.demo.bundle import HookEntry
-from nvhook.demo.driver import (
+from nvhook.dev.demo.bundle import HookEntry
+from nvhook.dev.demo.driver import (
     DriverSetup,
     create_sim_driver,
     install_hook,
@@ -47,7 +47,7 @@ from nvhook.demo.driver import (
     nvhook_hook_entry,
     sim_prestart_entry,
 )
-from nvhook.demo.rootfs import build_rootfs
+from nvhook.dev.demo.rootfs import build_rootfs
 
 GPU_ENV = ("NVIDIA_VISIBLE_DEVICES=all",)
 # issue 19, class 5: a privileged container, every GPU, capability and MIG device, MIG config

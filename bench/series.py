@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nvhook.demo.bundle import HookEntry, Runc, container_spec, new_container_id, write_bundle
+from nvhook.dev.demo.bundle import HookEntry, Runc, container_spec, new_container_id, write_bundle
 
 
 @dataclass

@@ -70,7 +70,7 @@ def nvhook_stack(work: Path, sim: Path, mode: str, tag: str, launcher_python: st
     """nvhook installed with a config for `sim` in runtime mode `mode`."""
     import subprocess
 
-    from nvhook.demo.driver import nvhook_command
+    from nvhook.dev.demo.driver import nvhook_command
 
     base = work / f"nvhook-{mode}-{tag}"
     hooks = base / "hooks"

@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from nvhook.demo.bundle import container_spec, new_container_id, write_bundle
-from nvhook.demo.driver import install_hook, nvhook_command
-from nvhook.demo.rootfs import build_rootfs
+from nvhook.dev.demo.bundle import container_spec, new_container_id, write_bundle
+from nvhook.dev.demo.driver import install_hook, nvhook_command
+from nvhook.dev.demo.rootfs import build_rootfs
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 

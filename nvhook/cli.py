@@ -23,7 +23,11 @@ import sys
 
 from nvhook.commands import COMMANDS, HOOK_COMMANDS
 from nvhook.flags import GlobalOptions, HelpRequested, take_flags
-from nvhook.isolation import REEXEC_XOPTION, enter_root_directory, reexec_without_loader_variables
+from nvhook.launch.isolation import (
+    REEXEC_XOPTION,
+    enter_root_directory,
+    reexec_without_loader_variables,
+)
 from nvhook.logs import configure_hook_logging, configure_logging, one_line
 from nvmount.log import get_logger, install, installed
 

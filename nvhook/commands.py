@@ -20,37 +20,37 @@ HOOK_COMMANDS = ("prestart", "poststart", "poststop")
 
 
 def _prestart() -> CommandMain:
-    from nvhook.prestart import main
+    from nvhook.hook.prestart import main
 
     return main
 
 
 def _info() -> CommandMain:
-    from nvhook.driver_cmds import main_info
+    from nvhook.admin.driver_info import main_info
 
     return main_info
 
 
 def _list() -> CommandMain:
-    from nvhook.driver_cmds import main_list
+    from nvhook.admin.driver_info import main_list
 
     return main_list
 
 
 def _sim() -> CommandMain:
-    from nvhook.sim.cmd import main
+    from nvhook.dev.sim.sim_command import main
 
     return main
 
 
 def _demo() -> CommandMain:
-    from nvhook.demo.cmd import main
+    from nvhook.dev.demo.demo_command import main
 
     return main
 
 
 def _install() -> CommandMain:
-    from nvhook.install_cmd import main
+    from nvhook.admin.install import main
 
     return main
 
@@ -62,19 +62,19 @@ def _config() -> CommandMain:
 
 
 def _doctor() -> CommandMain:
-    from nvhook.doctor.cmd import main
+    from nvhook.admin.doctor.doctor_command import main
 
     return main
 
 
 def _cdi() -> CommandMain:
-    from nvhook.cdi.cmd import main
+    from nvhook.cdi.cdi_command import main
 
     return main
 
 
 def _runtime() -> CommandMain:
-    from nvhook.configure.cmd import main
+    from nvhook.admin.configure.runtime_configure import main
 
     return main
 

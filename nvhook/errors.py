@@ -9,7 +9,7 @@
     ├── WrapperError            the runtime wrapper: the bundle, the low-level runtime
     ├── ConfigureError          `nvhook runtime configure`: names the file and what to do
     ├── CdiError                a CDI spec (names the file and the field) or a CDI hook
-    └── SimError                building the simulated driver (nvhook.sim)
+    └── SimError                building the simulated driver (nvhook.dev.sim)
 
 Errors from the engine (`nvmount.errors.NvmountError`) are printed the same way.
 """

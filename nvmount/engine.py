@@ -255,7 +255,7 @@ def configure_container(
     part: Callable[[MountPlan], MountPlan] | None = None,
 ) -> EngineResult:
     """Configure the container whose init is `pid` (rootfs `rootfs`, as in the OCI spec).
-    `part` narrows the hook's plan to what one step applies (CDI hooks: `nvhook.cdi.hooks`)."""
+    `part` narrows the hook's plan to what one step applies (CDI hooks: `nvhook.cdi.spec_hook`)."""
     from nvmount import privileges as P
 
     faults = faults or Faults()
@@ -293,7 +293,7 @@ def configure_with_plan(make_plan: Callable[[ContainerLayout], MountPlan], pid: 
                         rootfs: str, options: EngineOptions, libc: Libc, *,
                         faults: Faults | None = None,
                         timer: PhaseTimer | None = None) -> Effects:
-    """Apply a plan made without an inventory (a CDI spec's hook: `nvhook.cdi.hooks`) to the
+    """Apply a plan made without an inventory (a CDI spec's hook: `nvhook.cdi.spec_hook`) to the
     container, with the same effects, journal and rollback as `configure_container`;
     `make_plan` gets the container's layout (its CUDA compat libraries)."""
     from nvmount import privileges as P

@@ -1,6 +1,6 @@
 """Records at the engine's boundary: what a caller asks for, with which host settings, and
 what `nvmount.engine.configure_container` did. Pure data (the hook builds the first two from
-its request and config.toml, `nvhook.engine`).
+its request and config.toml, `nvhook.hook.mount`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class EngineRequest:
 
 @record
 class EngineOptions:
-    """Host-side settings (from config.toml, see `nvhook.engine.engine_options`)."""
+    """Host-side settings (from config.toml, see `nvhook.hook.mount.engine_options`)."""
 
     root: str = "/"  # driver root
     ldcache: str = "/etc/ld.so.cache"  # inside the driver root

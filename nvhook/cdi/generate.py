@@ -19,7 +19,7 @@ from nvhook.errors import CdiError, NvhookError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.cdi.hookargs import HookInputs
+    from nvhook.cdi.spec_hook_args import HookInputs
     from nvhook.config.model import HookConfig
     from nvmount.container.types import ContainerLayout
     from nvmount.discover.inventory import DriverInventory
@@ -59,7 +59,7 @@ class _Layout:
 def generate_spec(config: HookConfig, options: GenerateOptions | None = None) -> dict[str, Any]:
     """The spec for the GPUs and MIG devices of this host (see GenerateOptions)."""
     from nvhook.cdi.stamp import driver_state, make_stamp
-    from nvhook.engine import engine_options
+    from nvhook.hook.mount import engine_options
     from nvmount.discover.devices import read_char_majors
     from nvmount.engine import discover_cached
     from nvmount.faults import Faults
@@ -97,7 +97,7 @@ def host_spec(config: HookConfig, *, hook_path: str = DEFAULT_HOOK,
 
 
 def _hook_path(options: GenerateOptions) -> str:
-    from nvhook.cdi import hookpath
+    from nvhook.cdi import spec_hook_path as hookpath
 
     if not options.hook_path:
         return hookpath.default_hook_path()
@@ -136,7 +136,7 @@ def _devices(inventory: DriverInventory, plan: Any, options: GenerateOptions) ->
 def _base_inputs(inventory: DriverInventory, eopts: EngineOptions,
                  config: HookConfig) -> HookInputs:
     """The hook's host settings (the rest comes from the plans)."""
-    from nvhook.cdi.hookargs import HookInputs
+    from nvhook.cdi.spec_hook_args import HookInputs
     from nvmount.capabilities import DriverCapability as Cap
     from nvmount.plan.types import CompatMode
 

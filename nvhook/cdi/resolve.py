@@ -1,5 +1,5 @@
 """CDI device requests in the runtime wrapper (hook-spec 3.4): the names the request's policy
-let through (`nvhook.request.cdi_request`), resolved from the spec files of the CDI spec dirs
+let through (`nvhook.hook.request.cdi_request`), resolved from the spec files of the CDI spec dirs
 and applied to config.json as a CDI runtime would (the CDI library's rules, v1.1.0):
 
 - env entries are set (one with the same name is replaced);

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 
 from nvhook.cdi.document import minimal_version, version_key
-from nvhook.cdi.hookargs import DeviceEntry, HookInputs, grant_env, render
+from nvhook.cdi.spec_hook_args import DeviceEntry, HookInputs, grant_env, render
 from nvhook.errors import CdiError
 from nvmount.plan.delivery import RUNTIME_MOUNTS
 from nvmount.plan.types import Bind, MountFlag, MountPlan, SourceKind, Symlink

@@ -139,7 +139,7 @@ def load_config(
 ) -> HookConfig:
     """The hook's configuration: from the file `find_config` names, else built-in defaults.
 
-    The parsed document is cached with what `nvhook.gate` needs of the validated config."""
+    The parsed document is cached with what `nvhook.launch.screen` needs of the validated config."""
     from nvhook.config.model import config_from_document
 
     path, origin = find_config(explicit_path, environ, cwd)
@@ -176,10 +176,10 @@ def cached_entries() -> dict[str, Any]:
 
 
 def gate_facts(config: HookConfig) -> tuple[tuple[str, ...], bool, bool]:
-    """What `nvhook.gate` needs of a validated config: the swarm-resource variable names,
+    """What `nvhook.launch.screen` needs of a validated config: the swarm-resource variable names,
     whether /dev/null volume mounts can request devices, and whether a debug log is kept
     (then every container goes through the hook, which logs its decision)."""
-    from nvhook.device_lists import swarm_variables
+    from nvhook.hook.device_lists import swarm_variables
 
     return (swarm_variables(config), config.accept_nvidia_visible_devices_as_volume_mounts,
             bool(config.cli.debug))

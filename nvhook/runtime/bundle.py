@@ -139,7 +139,7 @@ def decode_document(bundle: BundleFile) -> dict[str, Any]:
                            "wrapper rewrites only strict JSON)") from err
     if not isinstance(doc, dict):
         raise WrapperError(f"could not decode OCI spec: {bundle.path}: not a JSON object")
-    from nvhook.oci_shape import edited_fields_error
+    from nvhook.hook.spec_kinds import edited_fields_error
 
     why = edited_fields_error(doc)  # the fields the wrapper edits have the schema's types
     if why is not None:

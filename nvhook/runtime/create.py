@@ -8,13 +8,13 @@ Stage: between runc's command line and runc. Reads config.json once; writes it a
    and has no `\\u` or `\\/` escape cannot be a GPU container: it is passed on untouched,
    nothing more is imported (the launcher makes this test itself, `Settings.needles`).
 2. A request in CDI mode (CDI names in `cdi.k8s.io/` annotations, accepted volume mounts,
-   or NVIDIA_VISIBLE_DEVICES of a container the policy lets ask: `nvhook.request.cdi_request`):
+   or NVIDIA_VISIBLE_DEVICES of a container the policy lets ask: `nvhook.hook.request.cdi_request`):
    their edits from the CDI spec dirs (`nvhook.cdi.resolve`), and nothing else.
-3. Otherwise the hook's own decision (`nvhook.request.derive_request`, on the same bytes, with
+3. Otherwise the hook's own decision (`nvhook.hook.request.derive_request`, on the same bytes, with
    the whole config file; the mode is resolved here, `nvhook.runtime.modes`): no GPU request,
    nothing changes; its errors fail the create.
 4. Spec delivery (`mode = "auto"`, the default, and `jit-cdi`): the wrapper plans the
-   container and delivers the whole plan before runc runs (`nvhook.runtime.deliver`): no hook
+   container and delivers the whole plan before runc runs (`nvhook.runtime.spec_delivery`): no hook
    process unless something is left for one. No driver found: legacy delivery, with a
    warning. Selection and requirement errors fail the create, as they would fail the hook.
 5. Legacy delivery: our prestart hook (`edit.add_prestart_hook`; kept if NVIDIA's or ours is
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nvhook.config.model import HookConfig
-    from nvhook.request import ContainerRequest
+    from nvhook.hook.request import ContainerRequest
     from nvmount.timing import PhaseTimer
 
 HOOK_FALLBACK = "/usr/bin/nvidia-container-runtime-hook"
@@ -72,7 +72,7 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
                  environ: Mapping[str, str], own_dir: str | None) -> dict[str, Any] | None:
     """The edited document, or None when the container wants no GPU or nothing changes."""
     from nvhook.config.model import config_from_document
-    from nvhook.oci import parse_spec, resolve_rootfs
+    from nvhook.hook.oci import parse_spec, resolve_rootfs
     from nvhook.runtime.log import engine_sink
     from nvhook.runtime.modes import SPEC, delivery, describe
     from nvmount.log import install
@@ -99,7 +99,7 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
     chosen = delivery(config)
     log.info(f"GPU container: {describe(config, chosen)}")
     if chosen == SPEC:
-        from nvhook.runtime.deliver import deliver_spec
+        from nvhook.runtime.spec_delivery import deliver_spec
 
         left = deliver_spec(doc, request, bundle, resolve_rootfs(spec, bundle_dir), config, log,
                             timer)
@@ -151,10 +151,10 @@ def _timing(config: HookConfig, timer: PhaseTimer, bundle_dir: str, *, hook: boo
 def cdi_edit(doc: dict[str, Any], spec: Any, config: HookConfig, log: RuntimeLog) -> bool:
     """CDI mode (hook-spec 3.4): apply the requested CDI devices' edits to `doc`; False (and
     `doc` unchanged) when the container's request is not in CDI mode. The request goes through
-    the same policy as any other (`nvhook.request.cdi_request`) before anything is resolved
+    the same policy as any other (`nvhook.hook.request.cdi_request`) before anything is resolved
     (`nvhook.cdi.resolve`)."""
     from nvhook.cdi.resolve import apply_devices
-    from nvhook.request import cdi_request
+    from nvhook.hook.request import cdi_request
 
     names = cdi_request(spec, doc.get("annotations"), config)
     if not names:
@@ -168,7 +168,7 @@ def cdi_edit(doc: dict[str, Any], spec: Any, config: HookConfig, log: RuntimeLog
 def _request(spec: Any, config: HookConfig) -> ContainerRequest | None:
     """The hook's decision without the hook's own mode check: the wrapper has resolved the
     mode (`nvhook.runtime.modes`) and the hook it adds is told so."""
-    from nvhook.request import derive_request
+    from nvhook.hook.request import derive_request
     from nvmount.records import replace
 
     return derive_request(spec, replace(config, runtime_hook=replace(
@@ -180,7 +180,7 @@ def find_hook(configured: str, own_dir: str | None, path_env: str) -> str:
     wrapper's own directory, then PATH and the default directories."""
     if configured.startswith("/"):
         return configured
-    from nvhook.runtime.lowlevel import search_dirs
+    from nvhook.launch.lowlevel import search_dirs
 
     dirs = ([own_dir] if own_dir else []) + search_dirs(path_env)
     for directory in dirs:

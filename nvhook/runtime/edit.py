@@ -6,7 +6,7 @@
   `env` (runc otherwise hands the hook its own environment: CVE-2025-23266) and an absolute
   path;
 - spec mode: bind mounts appended to `mounts`, device nodes to `linux.devices`, allow rules to
-  `linux.resources.devices` (`nvhook.runtime.spec` builds them). An identical entry already
+  `linux.resources.devices` (`nvhook.runtime.spec_entries` builds them). An identical entry already
   present is not added twice; a different device at the same path is an error.
 
 The functions edit the document they are given. Every object on the way must have the JSON

@@ -19,7 +19,7 @@ NVIDIA_REQUIRE_* and the MIG variables count (jit-cdi mounts every driver file w
 say and checks no requirement): a leaner container, and a refused start where legacy refuses
 one (nvhook/deviations.py). `[nvhook] runtime-mode = "legacy" | "spec"` forces one delivery
 whatever `mode` says ("auto", the default, follows it). The hook alone (Docker's `--gpus`)
-still resolves `auto` to legacy, as NVIDIA's does (`nvhook.request.check_mode`).
+still resolves `auto` to legacy, as NVIDIA's does (`nvhook.hook.request.check_mode`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def delivery(config: HookConfig, *, root: bool | None = None) -> str:
     if mode in (LEGACY, "csv"):
         return LEGACY
     if mode == "auto":
-        from nvhook.request import csv_mode
+        from nvhook.hook.request import csv_mode
 
         if csv_mode(config):
             return LEGACY

@@ -2,11 +2,11 @@
 
     nvhook-runtime [runc global flags] <command> [flags] [args]
 
-Installed, it runs behind a POSIX sh launcher (`nvhook.runtime.launcher`) that execs the
+Installed, it runs behind a POSIX sh launcher (`nvhook.launch.runtime_sh`) that execs the
 low-level runtime itself for every call that cannot concern GPUs, so this module sees the
 creates of containers that may want GPUs, `--version`/`--help`, unusual command lines, and
 calls made while the launcher's facts are stale (`launched`; it then rewrites them,
-`nvhook.runtime.facts`).
+`nvhook.launch.facts`).
 
 It finds the low-level runtime (`nvidia-container-runtime.runtimes`, default runc then crun),
 and for `create` and `run` first edits the bundle's config.json for GPU containers
@@ -34,12 +34,12 @@ import os
 import sys
 
 from nvhook.errors import ConfigError, NvhookError
-from nvhook.runtime.argv import parse_runtime_argv
+from nvhook.launch.argv import parse_runtime_argv
 from nvhook.runtime.log import RuntimeLog
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.runtime.argv import Invocation
+    from nvhook.launch.argv import Invocation
     from nvhook.runtime.settings import Settings
 
 OCI_SPEC_VERSION = "1.2.1"
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None, *
                      debug=inv.debug)
     try:
         settings = _settings(inv, environ, recorded, own, facts, log)
-        from nvhook.runtime.lowlevel import find_runtime
+        from nvhook.launch.lowlevel import find_runtime
 
         runtime = find_runtime(settings.runtimes, environ.get("PATH", ""), own)
         if inv.version:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None, *
             prepare_bundle(os.path.abspath(bundle), settings, log, environ,
                            os.path.dirname(own) if own else None)
         if facts and settings.path:
-            from nvhook.runtime.facts import refresh_facts
+            from nvhook.launch.facts import refresh_facts
 
             refresh_facts(facts, settings, log)
         log.debug(f"exec {runtime} {' '.join(argv[1:])}")
@@ -110,7 +110,7 @@ def _settings(inv: Invocation, environ: dict[str, str], recorded: str | None,
             raise
         settings = Settings()
         if facts:
-            from nvhook.runtime.facts import read_runtimes
+            from nvhook.launch.facts import read_runtimes
 
             settings.runtimes = read_runtimes(facts) or settings.runtimes
         log.warning(f"{err}; `{inv.command or '--version'}` goes on with the runtimes "
@@ -132,7 +132,7 @@ def _fail(log: RuntimeLog, message: str) -> int:
 
 
 def launched(args: list[str]) -> None:
-    """The sh launcher's entry (`nvhook.runtime.launcher`): args are the launcher's path, the
+    """The sh launcher's entry (`nvhook.launch.runtime_sh`): args are the launcher's path, the
     config it records ("" for none), its facts file, then the runtime's command line."""
     if len(args) < 3:
         sys.stderr.write("nvhook-runtime: run through its launcher (nvhook install)\n")

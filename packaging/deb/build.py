@@ -32,7 +32,7 @@ from nvhook import __version__  # noqa: E402
 
 SITE = "usr/lib/python3/dist-packages"
 PYTHON = "/usr/bin/python3"
-# /usr/bin name -> launcher kind (nvhook.launchers): NVIDIA's names are what runtimes run
+# /usr/bin name -> launcher kind (nvhook.launch.write): NVIDIA's names are what runtimes run
 LAUNCHERS = {"nvhook": "hook", "nvidia-container-runtime-hook": "hook", "nvhook-hook": "hook",
              "nvidia-container-runtime": "runtime", "nvhook-runtime": "runtime",
              "nvidia-container-cli": "cli", "nvidia-ctk": "ctk", "nvidia-cdi-hook": "cdihook"}
@@ -49,7 +49,7 @@ def stage(root: Path) -> None:
     _launchers(root / "usr/bin")
     (root / "usr/bin/nvidia-container-toolkit").symlink_to("nvidia-container-runtime-hook")
     from nvhook.config.default import default_text
-    from nvhook.configure import hooksd
+    from nvhook.admin.configure import hooksd
 
     _write(root / CONFFILE, default_text())
     _write(root / HOOKS_JSON, hooksd.render(hooksd.hook_document(
@@ -69,8 +69,8 @@ def stage(root: Path) -> None:
 
 
 def _launchers(bindir: Path) -> None:
-    from nvhook.isolation import LOADER_VARIABLES, REEXEC_XOPTION
-    from nvhook.launchers import render
+    from nvhook.launch.isolation import LOADER_VARIABLES, REEXEC_XOPTION
+    from nvhook.launch.write import render
 
     for name, kind in LAUNCHERS.items():
         text = render(kind, PYTHON, [f"/{SITE}"], version=__version__,

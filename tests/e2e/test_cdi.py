@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nvhook.configure.hooksd import hook_document, render
-from nvhook.sim import SimRoot, create_sim_root
+from nvhook.admin.configure.hooksd import hook_document, render
+from nvhook.dev.sim import SimRoot, create_sim_root
 from tests.fixtures.clientrig import podman as podman_module
 from tests.fixtures.clientrig.podman import Podman
 from tests.fixtures.clients import ClientRig, describe

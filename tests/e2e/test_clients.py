@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.bundle import Runc, container_spec, new_container_id, runc_run, write_bundle
+from nvhook.dev.demo.bundle import Runc, container_spec, new_container_id, runc_run, write_bundle
 from tests.fixtures.clientrig.containerd import ContainerdDaemon, config_dump, containerd_config
 from tests.fixtures.clientrig.docker import DockerDaemon
 from tests.fixtures.clientrig.podman import Podman

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.driver import sim_prestart_entry
+from nvhook.dev.demo.driver import sim_prestart_entry
 from tests.fixtures.cri import DEBIAN_STOCK, CriNode, CriNodes
 from tests.fixtures.gpu_clients import GpuInstall
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.bundle import Runc
-from nvhook.sim import SimSpec
+from nvhook.dev.demo.bundle import Runc
+from nvhook.dev.sim import SimSpec
 from tests.fixtures.containers import GpuRig, RootfsCache, rig_for
 from tests.fixtures.sim import SimRootFactory
 

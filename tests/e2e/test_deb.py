@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from nvhook import __version__
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
 from tests.fixtures.debroot import (
     RELEASES,
     Release,
@@ -135,7 +135,7 @@ def test_installed_package_runs(release: Release, debian_root: Path) -> None:
                    "nvhook --config /tmp/beyond.toml config check --json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    # nvidia-container-runtime is a POSIX sh front (nvhook.runtime.launcher)
+    # nvidia-container-runtime is a POSIX sh front (nvhook.launch.runtime_sh)
     assert lines[:4] == ["#!/usr/bin/python3 -IS"] * 2 + ["#!/bin/sh", "#!/usr/bin/python3 -IS"]
     assert lines[4].startswith(f"nvhook version {__version__}")
     assert "config /etc/nvidia-container-runtime/config.toml" in proc.stdout

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.bundle import HookEntry, container_cgroup_dirs
-from nvhook.demo.rootfs import RootfsFlavor
+from nvhook.dev.demo.bundle import HookEntry, container_cgroup_dirs
+from nvhook.dev.demo.rootfs import RootfsFlavor
 from tests.fixtures.containers import CGROUP2_RUNC, ContainerFactory, HostSnapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]

@@ -20,8 +20,8 @@ from pathlib import Path
 import _prctl  # type: ignore[import-not-found]
 import pytest
 
-from nvhook.demo.bundle import Runc
-from nvhook.demo.driver import launcher_python, nvhook_command
+from nvhook.dev.demo.bundle import Runc
+from nvhook.dev.demo.driver import launcher_python, nvhook_command
 from tests.fixtures.containers import GpuRig, created_container
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
@@ -35,7 +35,7 @@ import sys
 sys.path.extend({paths!r})
 import gc
 gc.disable()
-from nvhook.gate import screen
+from nvhook.launch.screen import screen
 declined, data = screen(sys.argv[1:], os.getcwd())
 if not declined:
     from nvhook.cli import main
@@ -73,7 +73,7 @@ def test_no_gpu_container_loads_only_the_gate(gpu_rig: GpuRig, tmp_path: Path) -
     what, modules, dataclasses = run_probe(tmp_path, ["prestart"], state, bundle)
     ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))}
     assert what == "declined"
-    assert ours == {"nvhook", "nvhook.gate"}, ours
+    assert ours == {"nvhook", "nvhook.launch.screen"}, ours
     assert not modules & (FORBIDDEN | {"os", "ctypes"}) and not dataclasses
 
 
@@ -187,7 +187,7 @@ def test_a_spec_delivery_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_pa
         assert proc.returncode == 0, proc.stderr.decode()
     modules_text, _, dataclasses = report.read_text().partition(" | ")
     modules = set(modules_text.split())
-    assert "nvhook.runtime.deliver" in modules and "nvhook.runtime.rootfs" in modules
+    assert "nvhook.runtime.spec_delivery" in modules and "nvhook.runtime.rootfs" in modules
     assert not modules & FORBIDDEN, sorted(modules & FORBIDDEN)
     assert "nvmount.discover.nvml_worker" not in modules  # the inventory came from the cache
     assert not dataclasses.split()

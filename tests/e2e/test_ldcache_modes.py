@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.driver import nvhook_hook_entry, sim_prestart_entry
-from nvhook.demo.rootfs import RootfsFlavor
+from nvhook.dev.demo.driver import nvhook_hook_entry, sim_prestart_entry
+from nvhook.dev.demo.rootfs import RootfsFlavor
 from tests.fixtures.containers import ContainerFactory, GpuRig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nvhook.demo.bundle import container_spec, write_bundle
-from nvhook.demo.rootfs import copy_rootfs
+from nvhook.dev.demo.bundle import container_spec, write_bundle
+from nvhook.dev.demo.rootfs import copy_rootfs
 from tests.fixtures.clientrig import podman as podman_module
 from tests.fixtures.clients import ClientRig, describe
 from tests.fixtures.gpu_clients import GpuInstall
@@ -378,7 +378,7 @@ def test_hooks_load_little(tmp_path: Path) -> None:
     program = f"""
 import sys
 sys.path.extend({paths!r})
-from nvhook.compat.cdihook.cmd import main
+from nvhook.compat.cdihook.nvidia_cdi_hook import main
 for argv in (["create-symlinks", "--link", "a::/usr/lib/b"], ["update-application-profile"],
              ["enable-cuda-compat", "--host-driver-version=550.54.15"], ["noop"]):
     assert main([*argv, "--container-spec", {str(state)!r}] if argv != ["noop"] else argv,
@@ -522,7 +522,7 @@ def test_a_failing_later_hook_fails_the_first(client_rig: ClientRig, gpu_install
 def test_the_launchers_front_names_the_container_as_the_hook_does(tmp_path: Path) -> None:
     """The sh front and `record.container_key` name the same process: the topmost one in
     the hook's mount namespace (here the shell unshare started), whatever runs between."""
-    from nvhook.launchers import render
+    from nvhook.launch.write import render
 
     text = render("cdihook", "/usr/bin/python3", [str(REPO)], version="0", loader=(),
                   xoption="x")

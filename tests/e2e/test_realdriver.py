@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.driver import nvhook_hook_entry
+from nvhook.dev.demo.driver import nvhook_hook_entry
 from tests.fixtures.containers import ContainerFactory, RootfsCache
 from tests.fixtures.realdriver import RealRoot
 from tests.fixtures.realdriver_observe import CAPSETS, env_for, expected, observe, raw, sim_step

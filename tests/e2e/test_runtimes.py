@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.demo.bundle import container_spec, new_container_id, write_bundle
+from nvhook.dev.demo.bundle import container_spec, new_container_id, write_bundle
 from tests.fixtures.clientrig.containerd import ContainerdDaemon, config_dump, containerd_config
 from tests.fixtures.clientrig.docker import DockerDaemon
 from tests.fixtures.clientrig.podman import Podman

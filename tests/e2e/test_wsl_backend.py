@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.bundle import Runc
-from nvhook.sim import SimSpec
-from nvhook.sim.wsl import STORE
+from nvhook.dev.demo.bundle import Runc
+from nvhook.dev.sim import SimSpec
+from nvhook.dev.sim.wsl import STORE
 from tests.fixtures.containers import GpuRig, RootfsCache, rig_for
 from tests.fixtures.sim import SimRootFactory
 from tests.unit.test_cli import NVHOOK

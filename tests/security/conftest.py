@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
 from tests.fixtures.containers import ContainerFactory
 from tests.fixtures.security import AttackRig, HostOracle
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import tests.fixtures.attacks_env  # noqa: F401  (registers F11)
-from nvhook.demo.bundle import HookEntry, Runc
-from nvhook.demo.rootfs import copy_rootfs
+from nvhook.dev.demo.bundle import HookEntry, Runc
+from nvhook.dev.demo.rootfs import copy_rootfs
 from tests.fixtures.attacks import CASES, Expect, see_script
 from tests.fixtures.containers import RootfsCache
 from tests.fixtures.security import (

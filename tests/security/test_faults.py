@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from nvhook.demo.bundle import HookEntry
-from nvhook.demo.driver import nvhook_hook_entry
+from nvhook.dev.demo.bundle import HookEntry
+from nvhook.dev.demo.driver import nvhook_hook_entry
 from tests.fixtures.containers import relevant_mount_marks
 from tests.fixtures.security import TOOLS, AttackRig, HostOracle, Outcome, token
 from tests.security.conftest import LONG

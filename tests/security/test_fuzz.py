@@ -133,7 +133,7 @@ def _memfd(data: bytes) -> int:
 
 
 def _load_state(data: bytes) -> None:
-    from nvhook.oci import load_state
+    from nvhook.hook.oci import load_state
 
     fd = _memfd(data)
     try:
@@ -159,8 +159,8 @@ def test_state_parser() -> None:
 
 def test_spec_and_request(tmp_path: Path) -> None:
     from nvhook.config.model import config_from_document
-    from nvhook.oci import load_spec
-    from nvhook.request import derive_request
+    from nvhook.hook.oci import load_spec
+    from nvhook.hook.request import derive_request
 
     configs = [config_from_document({}, None), config_from_document(
         {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
@@ -195,7 +195,7 @@ def inventory(sim_mig_root: Any) -> Any:
 
 @pytest.mark.root
 def test_env_values_in_the_engine(inventory: Any) -> None:
-    from nvhook.engine import imex_channel
+    from nvhook.hook.mount import imex_channel
     from nvmount.plan.requirements import Facts, check_requirements
     from nvmount.plan.selection import select_devices
 
@@ -303,7 +303,7 @@ def test_ldcache_parser(sim_root: Any) -> None:
 @pytest.mark.root
 def test_prestart_dry_run_subprocess(sim_root: Any, tmp_path: Path) -> None:
     """`nvhook prestart --dry-run` with random state and spec: exit 0 or 1, one stderr line."""
-    from nvhook.demo.driver import nvhook_command
+    from nvhook.dev.demo.driver import nvhook_command
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs/proc").mkdir(parents=True)
@@ -365,12 +365,12 @@ def survive_bounded(name: str, fn: Callable[[], object]) -> None:
 def test_long_and_large_values_in_the_hook_parsers(tmp_path: Path) -> None:
     """The state's pid, the spec's env (device ids, requirements, CUDA_VERSION, IMEX channels,
     MIG lists), semver, config.toml numbers, ld.so.conf text, fault specs."""
-    from nvhook import semver
     from nvhook.config.load import load_config
     from nvhook.config.model import config_from_document
-    from nvhook.engine import imex_channel
-    from nvhook.oci import Spec
-    from nvhook.request import derive_request
+    from nvhook.hook import semver
+    from nvhook.hook.mount import imex_channel
+    from nvhook.hook.oci import Spec
+    from nvhook.hook.request import derive_request
     from nvmount.faults import Faults
     from nvmount.ldcache.ldconf import parse_conf
 

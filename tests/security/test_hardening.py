@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.rootfs import copy_rootfs
+from nvhook.dev.demo.rootfs import copy_rootfs
 from tests.fixtures.containers import RootfsCache
 from tests.fixtures.security import (
     LIB,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.demo.driver import launcher_python
+from nvhook.dev.demo.driver import launcher_python
 
 REPO = Path(__file__).resolve().parent.parent.parent
 _SCRIPT = Path(sys.executable).parent / "nvhook"
@@ -294,8 +294,8 @@ def test_launcher_kinds(tmp_path: Path) -> None:
         assert 'os.chdir("/")' in texts[kind] and "nvhook_reexec" in texts[kind]
         assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in \
             texts[kind]
-    assert "from nvhook.compat.nvcli.cmd import main" in texts["cli"]
-    runtime = texts["runtime"]  # a POSIX sh front (nvhook.runtime.launcher)
+    assert "from nvhook.compat.nvcli.nvidia_container_cli import main" in texts["cli"]
+    runtime = texts["runtime"]  # a POSIX sh front (nvhook.launch.runtime_sh)
     assert runtime.startswith("#!/bin/sh\n") and "cd " not in runtime
     assert "nvhook_reexec" not in runtime and "export " not in runtime  # env passed unchanged
     assert f"exec {PYTHON} -IS" in runtime.replace('"$nvhook_python"', PYTHON)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvhook.demo.bundle import Runc
+from nvhook.dev.demo.bundle import Runc
 from tests.fixtures.containers import CGROUP2_RUNC
 from tests.fixtures.security import PROBE, AttackRig, HostOracle
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from nvhook.demo.bundle import container_cgroup_dirs, delete_container, new_container_id
+from nvhook.dev.demo.bundle import container_cgroup_dirs, delete_container, new_container_id
 from tests._compat import zip_strict
 from tests.fixtures.containers import open_fd_count
 from tests.fixtures.security import AttackRig, HostOracle

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.rootfs import copy_rootfs
-from nvhook.sim import SimRoot
+from nvhook.dev.demo.rootfs import copy_rootfs
+from nvhook.dev.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
 from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.plan.types import CompatMode

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
 from tests.unit.test_cli import NVHOOK, Hook
 
 pytestmark = pytest.mark.root

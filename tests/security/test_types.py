@@ -4,7 +4,7 @@ an array belongs (`linux.devices: {}`), a list for an object (`hooks: []`), a st
 entry, null, numbers, huge strings and arrays - and assert that each reader returns or raises the
 package's one-line error (NvhookError, NvmountError), bounded in time:
 
-- the OCI state (`nvhook.oci.load_state`) and the gate's decision on it;
+- the OCI state (`nvhook.hook.oci.load_state`) and the gate's decision on it;
 - config.json as the hook reads it (`parse_spec`, `derive_request`, `delivered_by_spec`,
   `engine_request`);
 - config.json as the runtime wrapper edits it (`gpu_document`: the legacy hook entry, and the
@@ -107,12 +107,12 @@ def changes_of(paths: list[tuple[Any, ...]]) -> st.SearchStrategy[list[tuple[tup
 # ---- the state and config.json as the hook reads them ------------------------------------------
 
 def test_the_state_and_the_hooks_spec_readers() -> None:
-    from nvhook import gate
     from nvhook.config.model import config_from_document
-    from nvhook.delivery import delivered_by_spec
-    from nvhook.engine import engine_request
-    from nvhook.oci import load_state, parse_spec
-    from nvhook.request import derive_request
+    from nvhook.hook.mount import engine_request
+    from nvhook.hook.oci import load_state, parse_spec
+    from nvhook.hook.request import derive_request
+    from nvhook.hook.spec_mode import delivered_by_spec
+    from nvhook.launch import screen as gate
 
     configs = [config_from_document({}, None), config_from_document(
         {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,

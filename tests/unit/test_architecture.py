@@ -22,13 +22,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 PACKAGES = ("nvhook", "nvmount")
 CTYPES_MODULES = {"nvmount._libc", "nvmount._bpf", "nvmount.discover._nvml"}
-TOOLS = ("nvhook.sim", "nvhook.demo")
+TOOLS = ("nvhook.dev.sim", "nvhook.dev.demo")
 # the prestart command and what it imports (cli and commands reach every command lazily, each
 # through its own loader function in nvhook.commands)
-HOOK_PATH = ("nvhook.flags", "nvhook.isolation", "nvhook.logs", "nvhook.prestart",
-             "nvhook.delivery", "nvhook.config", "nvhook.config.model", "nvhook.config.load",
-             "nvhook.oci", "nvhook.request",
-             "nvhook.device_lists", "nvhook.semver", "nvhook.engine", "nvhook.errors")
+HOOK_PATH = ("nvhook.flags", "nvhook.launch.isolation", "nvhook.logs", "nvhook.hook.prestart",
+             "nvhook.hook.spec_mode", "nvhook.config", "nvhook.config.model", "nvhook.config.load",
+             "nvhook.hook.oci", "nvhook.hook.request",
+             "nvhook.hook.device_lists", "nvhook.hook.semver", "nvhook.hook.mount", "nvhook.errors")
 ASSERTING_HELPERS = ("assert", "check", "expect", "survive", "scenario", "verify", "_assert",
                      "_check", "_expect")
 

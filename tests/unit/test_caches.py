@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.config import load as config_file
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
 from nvmount import cachefile
 from nvmount.discover.cache import cached_inventory, decode, encode
 from nvmount.discover.driver import discover_driver

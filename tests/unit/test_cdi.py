@@ -21,12 +21,12 @@ from referencing.jsonschema import DRAFT7
 
 from nvhook.cdi import spec as S
 from nvhook.cdi.generate import GenerateOptions, generate_spec, render, spec_layout
-from nvhook.cdi.hookargs import GRANT_PREFIX, parse
-from nvhook.cdi.hookplan import hook_plan
+from nvhook.cdi.spec_hook_args import GRANT_PREFIX, parse
+from nvhook.cdi.spec_hook_plan import hook_plan
 from nvhook.config.load import load_config
 from nvhook.config.model import HookConfig
+from nvhook.dev.sim import SimRoot, SimSpec
 from nvhook.errors import CdiError
-from nvhook.sim import SimRoot, SimSpec
 from nvmount.plan.types import Bind, MountPlan, Symlink, Tmpfs, WriteFile
 from tests.fixtures.sim import SIM_DEFAULT_SPEC, SIM_MIG_SPEC, SimRootFactory
 from tests.unit.test_cli import NVHOOK
@@ -111,7 +111,7 @@ def plan_paths(plan: MountPlan) -> set[tuple[str, ...]]:
 
 
 def legacy_plan(config: HookConfig, devices: tuple[str, ...], rootfs: str) -> MountPlan:
-    from nvhook.engine import engine_options
+    from nvhook.hook.mount import engine_options
     from nvmount import engine
     from nvmount._libc import Libc
     from nvmount.engine_types import EngineRequest
@@ -281,8 +281,8 @@ def test_gated_families_are_devices(sim_root_factory: SimRootFactory) -> None:
 # -- the hook path: the running installation's launcher ---------------------------------------
 
 def test_hook_path_is_this_installations_launcher(tmp_path: Path) -> None:
-    from nvhook.cdi import hookpath
-    from nvhook.install_cmd import import_paths, render_launcher
+    from nvhook.admin.install import import_paths, render_launcher
+    from nvhook.cdi import spec_hook_path as hookpath
 
     prefix = tmp_path / "bin"
     prefix.mkdir()
@@ -312,7 +312,7 @@ def _cdi(sim: SimRoot, *args: str,
 
 def test_generate_refuses_a_missing_default_hook(sim_root: SimRoot, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from nvhook.cdi import hookpath
+    from nvhook.cdi import spec_hook_path as hookpath
 
     monkeypatch.setattr(hookpath, "PACKAGE_LAUNCHER", str(tmp_path / "nvhook"))
     monkeypatch.setattr(hookpath, "INSTALL_PREFIX", str(tmp_path))

@@ -18,7 +18,7 @@ import pytest
 
 from nvhook.cdi.generate import GenerateOptions, generate_spec, render
 from nvhook.config.load import load_config
-from nvhook.sim import SimRoot, SimSpec
+from nvhook.dev.sim import SimRoot, SimSpec
 from tests.fixtures.sim import SIM_DEFAULT_SPEC, SimRootFactory
 from tests.unit.test_cli import NVHOOK
 
@@ -197,8 +197,8 @@ def test_refresh_refuses_another_tools_spec(sim_root_factory: SimRootFactory,
 # -- doctor ------------------------------------------------------------------------------------
 
 def test_doctor_follows_the_same_rules(sim_root_factory: SimRootFactory, tmp_path: Path) -> None:
+    from nvhook.admin.doctor import host
     from nvhook.config.model import config_from_document
-    from nvhook.doctor import host
 
     sim = sim_root_factory(SIM2)
     specs = tmp_path / "cdi"

@@ -1,4 +1,5 @@
-"""The spec's hook, `nvhook cdi hook apply` (`nvhook.cdi.hookargs`, `.hooks`, `.hookplan`): every
+"""The spec's hook, `nvhook cdi hook apply` (`nvhook.cdi.spec_hook_args`, `.spec_hook`,
+`.spec_hook_plan`): every
 input in its arguments, the devices granted by the request (the CDI resolution's grant
 variables) and never beyond what config.json's cgroup rules allow, stale specs refused; the
 wrapper's application of CDI edits to a type-confused config.json."""
@@ -13,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvhook.cdi.hookargs import DeviceEntry, HookInputs, grant_env, parse, render
-from nvhook.cdi.hookplan import hook_plan
-from nvhook.cdi.hooks import check_present, granted_devices, rule_allows
 from nvhook.cdi.resolve import apply_edits
+from nvhook.cdi.spec_hook import check_present, granted_devices, rule_allows
+from nvhook.cdi.spec_hook_args import DeviceEntry, HookInputs, grant_env, parse, render
+from nvhook.cdi.spec_hook_plan import hook_plan
 from nvhook.errors import CdiError, WrapperError
 from nvmount.container.types import ContainerLayout
 from nvmount.plan.types import ProcFile, Symlink, Tmpfs, WriteFile

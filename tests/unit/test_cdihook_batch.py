@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from nvhook.compat.cdihook import batch, hooks, ldcache
-from nvhook.compat.cdihook.cmd import parse_hook
-from nvhook.compat.cdihook.record import call_lines, key_of
+from nvhook.compat.cdihook import actions as hooks
+from nvhook.compat.cdihook import batch, ldcache
+from nvhook.compat.cdihook.nvidia_cdi_hook import parse_hook
 from nvhook.compat.cdihook.run import HookRun
 from nvhook.compat.urfave import Log
+from nvhook.launch.hook_records import call_lines, key_of
 from nvmount.ldcache.write import Fallback
 
 HOOK = "/usr/bin/nvidia-cdi-hook"
@@ -88,7 +89,7 @@ def test_nvidia_ctk_hooks_group_after_their_hook_word() -> None:
 
 # -- the record and the launcher's sh front that reads it --------------------------------------
 def front(kind: str = "cdihook") -> str:
-    from nvhook.launchers import render
+    from nvhook.launch.write import render
 
     return render(kind, "/usr/bin/python3", ["/nonexistent"], version="0", loader=(),
                   xoption="x")

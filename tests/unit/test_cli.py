@@ -386,15 +386,16 @@ def test_missing_command_module_is_a_clear_error(hook: Hook, tmp_path: Path) -> 
     """A command whose module is absent fails with one line, not a traceback."""
     stub = tmp_path / "stub"
     (stub / "nvhook").mkdir(parents=True)
-    for name in ("__init__.py", "cli.py", "errors.py", "commands.py", "flags.py", "isolation.py",
-                 "logs.py"):
+    (stub / "nvhook" / "launch").mkdir()
+    for name in ("__init__.py", "cli.py", "errors.py", "commands.py", "flags.py",
+                 "launch/__init__.py", "launch/isolation.py", "logs.py"):
         (stub / "nvhook" / name).write_text((REPO / "nvhook" / name).read_text())
     code = "import sys; from nvhook.cli import main; sys.exit(main(['list']))"
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path[:0] = "
                            f"[{str(stub)!r}, {str(REPO)!r}]; " + code],
                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
     assert proc.returncode == 1
-    assert proc.stderr == ("command list: module nvhook.driver_cmds is not part of this "
+    assert proc.stderr == ("command list: module nvhook.admin is not part of this "
                            "installation (reinstall nvhook, or use a version that has this "
                            "command)\n")
 

@@ -1,4 +1,5 @@
-"""containerd's runtime configuration (nvhook.configure.containerd, .imports, .ctrd): the drop-in
+"""containerd's runtime configuration (nvhook.admin.configure.containerd, .imports,
+.ctrd): the drop-in
 carries the CRI section containerd 1.x would otherwise lose, is re-derived on every run, the
 main file gets one `imports` entry (backup, dry-run diff) and gets its bytes back on --remove.
 The configs are the ones people have: none, Debian's 1.6 package, Docker's containerd.io, version
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.configure import containerd, ctrd, imports
+from nvhook.admin.configure import containerd, ctrd, imports
 from nvhook.errors import ConfigureError
 from tests._compat import tomllib
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.config.model import config_from_document
-from nvhook.request import csv_mode
+from nvhook.hook.request import csv_mode
 from nvmount.discover.csv_backend import read_specs
 from nvmount.errors import DriverError
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo import bundle as demo_bundle
-from nvhook.demo import driver as demo_driver
-from nvhook.demo import rootfs as demo_rootfs
-from nvhook.demo.bundle import HookEntry, container_spec
-from nvhook.demo.rootfs import RootfsFlavor
+from nvhook.dev.demo import bundle as demo_bundle
+from nvhook.dev.demo import driver as demo_driver
+from nvhook.dev.demo import rootfs as demo_rootfs
+from nvhook.dev.demo.bundle import HookEntry, container_spec
+from nvhook.dev.demo.rootfs import RootfsFlavor
 from nvhook.errors import NvhookError
 
 

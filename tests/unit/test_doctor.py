@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.admin.doctor import checks, host
+from nvhook.admin.doctor.findings import HostPaths
 from nvhook.config.model import config_from_document
-from nvhook.doctor import checks, host
-from nvhook.doctor.findings import HostPaths
-from nvhook.launchers import MARKER
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
+from nvhook.launch.write import MARKER
 from tests.fixtures.sim import SIM_DEFAULT_SPEC, SimRootFactory
 from tests.unit.test_cli import NVHOOK
 
@@ -234,7 +234,7 @@ def test_cdi_spec_freshness(sim_root: SimRoot, tmp_path: Path) -> None:
 
 
 def test_persistence_without_the_daemon(sim_root_factory: SimRootFactory) -> None:
-    from nvhook.sim import SimSpec
+    from nvhook.dev.sim import SimSpec
 
     sim = sim_root_factory(SimSpec(gpus=1, ipc=False))
     config = config_from_document({"nvidia-container-cli": {"root": sim.path},

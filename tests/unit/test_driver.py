@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.sim import SimRoot, SimSpec
+from nvhook.dev.sim import SimRoot, SimSpec
 from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver import discover_driver
 from nvmount.discover.driver_root import DriverRoot

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
 from tests._compat import zip_strict
 
 INFO_LABELS = ("Device Index", "Device Minor", "Model", "Brand", "GPU UUID", "Bus Location",
@@ -100,7 +100,7 @@ def _expected_default_list(sim: SimRoot) -> list[str]:
 
 
 def _graphics_files(sim: SimRoot) -> set[str]:
-    from nvhook.sim import graphics
+    from nvhook.dev.sim import graphics
 
     rels = [*graphics.ICD_FILES, *graphics.TEXT_FILES,
             *(x.format(v=sim.driver_version) for x in graphics.XORG)]

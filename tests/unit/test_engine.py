@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.demo.rootfs import RootfsFlavor, copy_rootfs
-from nvhook.sim import SimRoot
-from nvhook.sim.prestart import mount_proc_driver
+from nvhook.dev.demo.rootfs import RootfsFlavor, copy_rootfs
+from nvhook.dev.sim import SimRoot
+from nvhook.dev.sim.prestart import mount_proc_driver
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
 from nvmount.container.dryrun import open_rootfs_readonly
@@ -319,7 +319,7 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
     import shutil
     import tempfile
 
-    from nvhook.sim import SimSpec, create_sim_root
+    from nvhook.dev.sim import SimSpec, create_sim_root
     from tests.fixtures.privns import in_private_ns
 
     top = Path(tempfile.mkdtemp(prefix="nvhook-dry-"))
@@ -372,8 +372,8 @@ def _config(sim: SimRoot) -> object:
 
 
 def test_run_engine_dry_run_document(sim_root: SimRoot, rootfs: Path) -> None:
-    from nvhook.engine import run_engine
-    from nvhook.request import ContainerRef, ContainerRequest
+    from nvhook.hook.mount import run_engine
+    from nvhook.hook.request import ContainerRef, ContainerRequest
 
     request = ContainerRequest(devices=("0", "2"), mig_config_devices=(),
                                mig_monitor_devices=(), imex_channels=("0",),
@@ -415,7 +415,7 @@ def test_run_engine_dry_run_document(sim_root: SimRoot, rootfs: Path) -> None:
 ], ids=["ldconfig", "mount", "disabled", "hook", "empty", "other-with-opt-in"])
 def test_compat_mode_mapping(mode: str, allow: bool, expected: str) -> None:
     from nvhook.config.model import FeaturesConfig, HookConfig, RuntimeConfig
-    from nvhook.engine import compat_mode
+    from nvhook.hook.mount import compat_mode
 
     config = HookConfig(runtime=RuntimeConfig(modes_legacy_cuda_compat_mode=mode),
                         features=FeaturesConfig(allow_cuda_compat_libs_from_container=allow))
@@ -426,7 +426,7 @@ def test_compat_mode_mapping(mode: str, allow: bool, expected: str) -> None:
                                            ("-1", False), ("x", False), ("٣", False)],
                          ids=["zero", "max", "too-big", "negative", "word", "non-ascii-digit"])
 def test_imex_channel_values(value: str, ok: bool) -> None:
-    from nvhook.engine import imex_channel
+    from nvhook.hook.mount import imex_channel
     from nvmount.errors import SelectionError
 
     if ok:
@@ -437,8 +437,8 @@ def test_imex_channel_values(value: str, ok: bool) -> None:
 
 
 def test_engine_options_from_config(sim_root: SimRoot) -> None:
-    from nvhook.engine import engine_options
-    from nvhook.request import ContainerRef
+    from nvhook.hook.mount import engine_options
+    from nvhook.hook.request import ContainerRef
 
     opts = engine_options(_config(sim_root), ContainerRef(1, "/b/ctr-1/", "/b/ctr-1/rootfs"),  # type: ignore[arg-type]
                           limit_privileges=True)

@@ -1,5 +1,5 @@
-"""nvhook.gate: the launcher's quick "no GPU wanted" answer. It may defer anything to the hook,
-but whatever it declines, the hook itself must find to be no GPU container and no error."""
+"""nvhook.launch.screen: the launcher's quick "no GPU wanted" answer. It may defer anything to the
+hook, but whatever it declines, the hook itself must find to be no GPU container and no error."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvhook import gate
 from nvhook.config.load import gate_facts
 from nvhook.config.model import HookConfig, config_from_document
 from nvhook.errors import NvhookError
-from nvhook.oci import load_spec, load_state
-from nvhook.request import derive_request
+from nvhook.hook.oci import load_spec, load_state
+from nvhook.hook.request import derive_request
+from nvhook.launch import screen as gate
 
 BASE: dict[str, Any] = {"ociVersion": "1.0.2", "process": {"env": ["PATH=/bin"], "args": ["x"]},
                         "root": {"path": "rootfs"}}

@@ -13,8 +13,8 @@ import pytest
 
 from nvhook.cdi.generate import _Layout, _planner, host_layout
 from nvhook.config.load import load_config
-from nvhook.engine import engine_options
-from nvhook.sim import SimRoot, SimSpec
+from nvhook.dev.sim import SimRoot, SimSpec
+from nvhook.hook.mount import engine_options
 from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.graphics import dri_nodes

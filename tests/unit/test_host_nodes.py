@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.sim import SimRoot
+from nvhook.dev.sim import SimRoot
 from nvmount.apply.host_nodes import ensure_nodes, load_modules, read_majors
 from tests.fixtures.sim import SIM_DEFAULT_SPEC, SimRootFactory
 from tests.unit.test_cli import NVHOOK

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from nvhook.compat.nvcli.args import parse_cli
-from nvhook.compat.nvcli.cmd import engine_request, error_text
+from nvhook.compat.nvcli.nvidia_container_cli import engine_request, error_text
+from nvhook.dev.sim import SimRoot
 from nvhook.errors import UsageError
-from nvhook.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
 from nvmount.errors import MountError, RequirementError, SelectionError
 
@@ -73,9 +73,10 @@ def test_error_shape() -> None:
 def _cli(sim: SimRoot, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
            "NVIDIA_CTK_CONFIG_FILE_PATH": sim.config_path}
-    return subprocess.run([sys.executable, "-c", "import sys; from nvhook.compat.nvcli.cmd import "
-                           "main; sys.exit(main(sys.argv[1:]))", *args], capture_output=True,
-                          text=True, env=env, timeout=120, check=False)
+    return subprocess.run([sys.executable, "-c", "import sys; from nvhook.compat.nvcli."
+                           "nvidia_container_cli import main; sys.exit(main(sys.argv[1:]))",
+                           *args], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
 
 
 def test_info_is_libnvc_text(sim_root: SimRoot) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.sim.records import SimRoot
+from nvhook.dev.sim.records import SimRoot
 from nvmount.discover._nvml import open_nvml
 from nvmount.discover.nvml_worker import query_nvml
 from nvmount.errors import DriverError, NvmlError

@@ -1,4 +1,4 @@
-"""nvhook.oci: the OCI state and config.json, NVIDIA's messages (hook-spec 1.3, 1.4)."""
+"""nvhook.hook.oci: the OCI state and config.json, NVIDIA's messages (hook-spec 1.3, 1.4)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from nvhook import oci
 from nvhook.errors import SpecError, StateError
+from nvhook.hook import oci
 
 
 def _state(tmp_path: Path, data: bytes) -> oci.State:
@@ -120,7 +120,7 @@ def test_load_spec_fields(tmp_path: Path) -> None:
         capabilities={"bounding": ["CAP_SYS_ADMIN"]},
         root_path="/r",
         mounts=(("/dev/null", "/d"), ("", "/proc"), ("", "")),
-        linux={"whatever": [1, 2]},  # raw: only spec mode reads it (nvhook.delivery)
+        linux={"whatever": [1, 2]},  # raw: only spec mode reads it (nvhook.hook.spec_mode)
     )
 
 

@@ -1,4 +1,4 @@
-"""nvhook.request / nvhook.device_lists: every rule and message of hook-spec 1.5-1.14."""
+"""nvhook.hook.request / nvhook.hook.device_lists: every rule and message of hook-spec 1.5-1.14."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from nvhook import device_lists
 from nvhook.config.model import HookConfig, config_from_document
 from nvhook.errors import RequestError, SpecError
-from nvhook.oci import Spec
-from nvhook.request import (
+from nvhook.hook import device_lists
+from nvhook.hook.oci import Spec
+from nvhook.hook.request import (
     MODE_ERROR,
     ContainerRequest,
     derive_request,
@@ -688,7 +688,7 @@ def test_request_json_shape() -> None:
 
 
 def test_gated_features_need_exactly_enabled() -> None:
-    from nvhook.request import gated_features
+    from nvhook.hook.request import gated_features
 
     env = {"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "Enabled", "NVIDIA_NVSWITCH": "true",
            "NVIDIA_GDRCOPY": "enabled"}
@@ -735,7 +735,7 @@ def test_cdi_requests_go_through_the_same_policy(config: HookConfig, caps: Any, 
     """Issue 19 class 1: a CDI name in the env of an unprivileged container under the strict
     policy is refused exactly as an index would be (NVIDIA 1.20's `VisibleDevices` order:
     annotations, accepted volume mounts, then swarm/NVD with the privilege policy)."""
-    from nvhook.request import cdi_request
+    from nvhook.hook.request import cdi_request
 
     spec = make_spec(env, caps, mounts=mounts)
     assert cdi_request(spec, annotations, config) == want
@@ -757,7 +757,7 @@ def test_imex_and_invalid_cdi_mount_warnings(caplog: pytest.LogCaptureFixture) -
 
 
 def test_cli_devices_follow_the_id_rules_and_refuse_cdi_names() -> None:
-    from nvhook.device_lists import cli_devices
+    from nvhook.hook.device_lists import cli_devices
 
     assert cli_devices(["0,1", "1", "GPU-x"]) == ("0", "1", "GPU-x")
     with pytest.raises(RequestError, match=r"--device=nvidia\.com/gpu=0: a CDI device name"):

@@ -1,7 +1,7 @@
 """runc's command line as the wrapper reads it, checked against runc itself.
 
-Both parsers - the Python wrapper's (`nvhook.runtime.argv`) and the sh launcher's
-(`nvhook_parse` in `nvhook.runtime.launcher`) - must find the command runc finds: runc run with
+Both parsers - the Python wrapper's (`nvhook.launch.argv`) and the sh launcher's
+(`nvhook_parse` in `nvhook.launch.runtime_sh`) - must find the command runc finds: runc run with
 a generated command line whose words are replaced by unique probes (`w<i>`; Go's flag parser
 only looks at whether an argument starts with `-`, so the parse is the same) prints `No help
 topic for 'w<i>'` for the command it would run. Where runc refuses the line (Go's flag errors,
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvhook.runtime.argv import CRUN_VALUE_FLAGS, parse_runtime_argv
-from nvhook.runtime.launcher import render
+from nvhook.launch.argv import CRUN_VALUE_FLAGS, parse_runtime_argv
+from nvhook.launch.runtime_sh import render
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 DASH = shutil.which("dash") or "/bin/sh"

@@ -1,4 +1,4 @@
-"""`nvhook runtime configure` (nvhook.configure): docker daemon.json, containerd and CRI-O
+"""`nvhook runtime configure` (nvhook.admin.configure): docker daemon.json, containerd and CRI-O
 drop-ins, the hooks.d file; existing content kept, invalid input refused, idempotent.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.configure import containerd, crio, docker, tomlw
+from nvhook.admin.configure import containerd, crio, docker, tomlw
 from nvhook.errors import ConfigureError
 from tests._compat import tomllib
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from nvhook.config.model import config_from_document
+from nvhook.dev.sim import SimRoot
 from nvhook.errors import WrapperError
 from nvhook.runtime.bundle import open_bundle
-from nvhook.runtime.deliver import PROFILE_FILE, deliver_spec, mount_destinations
 from nvhook.runtime.log import RuntimeLog
 from nvhook.runtime.modes import LEGACY, SPEC, delivery
 from nvhook.runtime.rootfs import covered_by, write_rootfs
-from nvhook.sim import SimRoot
+from nvhook.runtime.spec_delivery import PROFILE_FILE, deliver_spec, mount_destinations
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
 from nvmount.engine import plan_only
@@ -171,8 +171,8 @@ def test_deliver_spec_needs_no_hook_on_a_real_node(sim_root: SimRoot, rootfs_cac
     config_path = tmp_path / "c.toml"
     config_path.write_text(text + f'cache-dir = "{tmp_path}/cache"\n')
     from nvhook.config.load import load_config
-    from nvhook.oci import parse_spec
-    from nvhook.request import derive_request
+    from nvhook.hook.oci import parse_spec
+    from nvhook.hook.request import derive_request
 
     config = load_config(str(config_path), {})
     with open_bundle(str(bundle_dir)) as bundle:
@@ -196,7 +196,7 @@ def test_deliver_spec_needs_no_hook_on_a_real_node(sim_root: SimRoot, rootfs_cac
 
 @pytest.mark.parametrize(("value", "want"), [(None, 30.0), (5, 5.0), (0.5, 0.5), (120, 120.0)])
 def test_nvml_timeout_reaches_the_discovery(value: float | None, want: float) -> None:
-    from nvhook.engine import engine_options
+    from nvhook.hook.mount import engine_options
 
     doc = {} if value is None else {"nvhook": {"nvml-timeout": value}}
     assert engine_options(config_from_document(doc, "/c.toml")).nvml_timeout == want

@@ -1,4 +1,4 @@
-"""The runtime wrapper's sh launcher as a process (nvhook.runtime.launcher, .facts).
+"""The runtime wrapper's sh launcher as a process (nvhook.launch.runtime_sh, .facts).
 
 A fake low-level runtime and a fake interpreter record which of them the launcher execs and
 with what; the facts files are written by the wrapper's own `refresh_facts`. What is checked:
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.runtime.facts import facts_path, read_runtimes, refresh_facts
-from nvhook.runtime.launcher import render
+from nvhook.launch.facts import facts_path, read_runtimes, refresh_facts
+from nvhook.launch.runtime_sh import render
 from nvhook.runtime.log import RuntimeLog
 from nvhook.runtime.settings import load_settings
 

@@ -17,8 +17,8 @@ import pytest
 
 from nvhook.config.load import find_config
 from nvhook.errors import ConfigError, WrapperError
-from nvhook.runtime.argv import parse_runtime_argv
-from nvhook.runtime.lowlevel import find_runtime
+from nvhook.launch.argv import parse_runtime_argv
+from nvhook.launch.lowlevel import find_runtime
 from nvhook.runtime.settings import find_config_path, settings_from_document
 
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -1,10 +1,10 @@
-"""nvhook.semver: Go x/mod/semver semantics (hook-spec 1.6, 1.7)."""
+"""nvhook.hook.semver: Go x/mod/semver semantics (hook-spec 1.6, 1.7)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nvhook import semver
+from nvhook.hook import semver
 
 VALID = [
     ("v1", True),

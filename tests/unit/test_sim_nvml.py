@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.sim import SimRoot, SimSpec
+from nvhook.dev.sim import SimRoot, SimSpec
 from tests._compat import zip_strict
 from tests.fixtures.sim import SimRootFactory
 

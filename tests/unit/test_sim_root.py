@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.dev.sim import SimRoot, SimSpec, catalog, create_sim_root
 from nvhook.errors import SimError
-from nvhook.sim import SimRoot, SimSpec, catalog, create_sim_root
 from tests._compat import tomllib, zip_strict
 from tests.fixtures.sim import SimRootFactory
 
@@ -363,9 +363,9 @@ def test_mig_devices_need_their_capabilities(sim_root_factory: SimRootFactory) -
 
 
 def test_large_image_libraries_are_in_the_images_own_cache(tmp_path: Path) -> None:
-    """nvhook.sim.image (the bench's large image): libraries over N directories, SONAME
+    """nvhook.dev.sim.image (the bench's large image): libraries over N directories, SONAME
     links, the directories configured, and the image's ld.so.cache lists every one."""
-    from nvhook.sim.image import add_libraries
+    from nvhook.dev.sim.image import add_libraries
     from nvmount.discover.elf import parse_elf
 
     rootfs = tmp_path / "rootfs"

@@ -6,16 +6,16 @@ import re
 
 import pytest
 
-from nvhook.errors import SimError
-from nvhook.sim import SimSpec, catalog, procfs
-from nvhook.sim.build import cuda_version_int
-from nvhook.sim.topology import (
+from nvhook.dev.sim import SimSpec, catalog, procfs
+from nvhook.dev.sim.build import cuda_version_int
+from nvhook.dev.sim.topology import (
     build_gpus,
     caps_ci_minor,
     caps_gi_minor,
     parse_mig_spec,
     place_mig,
 )
+from nvhook.errors import SimError
 
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MIG_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -1,5 +1,5 @@
-"""Spec mode: one plan, two deliveries (nvmount.plan.delivery, nvhook.runtime.spec/edit,
-nvhook.delivery), and the wrapper's cheap GPU test against the hook's decision.
+"""Spec mode: one plan, two deliveries (nvmount.plan.delivery, nvhook.runtime.spec_entries/edit,
+nvhook.hook.spec_mode), and the wrapper's cheap GPU test against the hook's decision.
 
 The round trip: the wrapper's spec entries, written into a config.json and read back the way
 the hook reads it, leave the hook exactly the part a runtime cannot do.
@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvhook.config.model import config_from_document
-from nvhook.delivery import delivered_by_spec
+from nvhook.dev.sim import SimRoot
 from nvhook.errors import NvhookError, WrapperError
-from nvhook.oci import parse_spec
-from nvhook.request import derive_request
+from nvhook.hook.oci import parse_spec
+from nvhook.hook.request import derive_request
+from nvhook.hook.spec_mode import delivered_by_spec
 from nvhook.runtime.bundle import BundleFile, decode_document
 from nvhook.runtime.create import may_want_gpus
 from nvhook.runtime.edit import add_devices, add_mounts, add_prestart_hook, hook_entry
 from nvhook.runtime.settings import settings_from_document
-from nvhook.runtime.spec import device_nodes, spec_entries
-from nvhook.sim import SimRoot
+from nvhook.runtime.spec_entries import device_nodes, spec_entries
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
 from nvmount.engine import plan_only

@@ -1,6 +1,6 @@
 """The first of NVIDIA's hooks in a container's createContainer list does the work of the
 ones that follow it; they find a record of it and exit at once, without starting Python (the
-launcher's sh front, `nvhook.compat.cdihook.launcher`). Stage: apply.
+launcher's sh front, `nvhook.launch.cdihook_sh`). Stage: apply.
 
 A spec NVIDIA wrote runs five or six hook processes, one after the other, each a Python
 interpreter here; the work of all of them in one process costs a little more than one.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-from nvhook.compat.cdihook.record import (
+from nvhook.launch.hook_records import (
     RECORD_DIR,
     RECORD_PARENT,
     call_lines,
@@ -58,7 +58,7 @@ MAX_HOOKS = 1024  # createContainer entries looked at
 
 def _call(entry: Any) -> tuple[str, list[str], object, bool] | None:
     """(path, args[1:], env, has a timeout) of a hook entry, None when malformed."""
-    from nvhook.oci import field
+    from nvhook.hook.oci import field
 
     if not isinstance(entry, dict):
         return None
@@ -106,7 +106,7 @@ def _group(run: HookRun, parsed: Parsed, parse: Parse) -> tuple[str, list[Member
     """(container key, the later members) when this hook leads a group at createContainer,
     in the container's namespaces, before pivot_root; else None."""
     from nvhook.errors import NvhookError
-    from nvhook.oci import field
+    from nvhook.hook.oci import field
     from nvmount.errors import NvmountError
 
     try:
@@ -231,7 +231,7 @@ def _prune(dfd: int, key: str) -> None:
 def run_group(run: HookRun, function: str, parsed: Parsed, parse: Parse) -> None:
     """Run this hook; when it leads a group, the later members' work too, then their
     record (see the module docstring)."""
-    from nvhook.compat.cdihook import hooks
+    from nvhook.compat.cdihook import actions as hooks
 
     later: list[Member] = []
     record = None

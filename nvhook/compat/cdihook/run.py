@@ -68,7 +68,7 @@ class HookRun:
         target = self._targets.get(source)
         if target is None:
             if not source and self.stdin is None:
-                from nvhook.oci import read_state as read_fd
+                from nvhook.hook.oci import read_state as read_fd
 
                 self.stdin = read_fd(0)  # kept: a second look gets the same bytes
             target = locate(read_state(spec, self.stdin), self.cwd, lambda: self.libc)

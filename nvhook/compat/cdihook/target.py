@@ -70,7 +70,7 @@ class Target:
 def read_state(container_spec: str, stdin: bytes | None) -> bytes:
     """The OCI state: from the file `--container-spec` names (NVIDIA's testing flag), else
     stdin ("" and "-" mean stdin, as NVIDIA's)."""
-    from nvhook.oci import read_state as read_fd
+    from nvhook.hook.oci import read_state as read_fd
 
     if container_spec in ("", "-"):
         return stdin if stdin is not None else read_fd(0)
@@ -93,7 +93,7 @@ def read_state(container_spec: str, stdin: bytes | None) -> bytes:
 def locate(state_bytes: bytes, cwd: str | None, libc: Callable[[], Libc]) -> Target:
     """The target container of the state (see the module doc); `libc()` (ctypes: loaded
     only when needed) opens a container outside this process's namespaces."""
-    from nvhook.oci import load_state
+    from nvhook.hook.oci import load_state
 
     state = load_state(state_bytes)
     if not state.bundle:
@@ -117,7 +117,7 @@ def container_root(bundle: str, cwd: str | None) -> tuple[str, object]:
     GetContainerRoot), the decoded document); of its fields only `root.path` is checked
     (NVIDIA's hooks need no `process`)."""
     from nvhook.errors import SpecError
-    from nvhook.oci import decode_json, go_clean, go_join, read_spec_file, resolve_bundle
+    from nvhook.hook.oci import decode_json, go_clean, go_join, read_spec_file, resolve_bundle
 
     path = go_join(resolve_bundle(bundle, cwd), "config.json")
     try:

@@ -77,7 +77,7 @@ def main(argv: list[str], ctx: Context) -> int:
 
 def _read(path: str) -> str:
     """The file's text; nvhook's default file when it does not exist (as NVIDIA's)."""
-    from nvhook.configure.files import read_text
+    from nvhook.admin.configure.files import read_text
 
     text = read_text(path)
     if text is None:
@@ -91,7 +91,7 @@ def _output(text: str, path: str) -> None:
     if not path:
         sys.stdout.write(text)
         return
-    from nvhook.configure.files import write_atomic
+    from nvhook.admin.configure.files import write_atomic
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
     write_atomic(path, text)
@@ -156,7 +156,7 @@ def set_key(text: str, key: str, value: object) -> str:
             return edited
     except CliError:
         pass  # the line edit broke the document: written again as a whole below
-    from nvhook.configure.tomlw import render
+    from nvhook.admin.configure.tomlw import render
 
     doc = before
     *parents, leaf = key.split(".")
@@ -173,7 +173,7 @@ def set_key(text: str, key: str, value: object) -> str:
 
 
 def _edit_lines(text: str, key: str, value: object) -> str | None:
-    from nvhook.configure.tomlw import value as toml_value
+    from nvhook.admin.configure.tomlw import value as toml_value
 
     table, _, leaf = key.rpartition(".")
     lines = text.split("\n")

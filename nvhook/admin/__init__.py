@@ -1,0 +1,2 @@
+"""The administrator's commands: `nvhook install`, `info`/`list`, `runtime configure`, `doctor`.
+"""
