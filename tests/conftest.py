@@ -16,7 +16,14 @@ pytest_plugins = [
     "tests.fixtures.cri_api",
     "tests.fixtures.cri",
     "tests.fixtures.cri_host",
+    "tests.fixtures.nodes",
 ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    from tests.fixtures.nodes import parametrize_nodes
+
+    parametrize_nodes(metafunc)
 
 
 
