@@ -8,6 +8,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.hostguard",
+    "tests.fixtures.nodes",
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.realdriver",
@@ -16,7 +17,6 @@ pytest_plugins = [
     "tests.fixtures.cri_api",
     "tests.fixtures.cri",
     "tests.fixtures.cri_host",
-    "tests.fixtures.nodes",
 ]
 
 
