@@ -176,20 +176,16 @@ def check_one(path: str, config: HookConfig, *, refresh: bool, hook_path: str | 
         author,
         differences,
         read_spec,
-        recorded_config,
         regenerate,
         vanished,
     )
+    from nvhook.cdi.recorded import policy
 
     old = read_spec(path)
     who = author(old)
     if who != "nvhook":
         return _foreign(path, old, who, refresh=refresh, named=named)
-    recorded = recorded_config(old)
-    if recorded and not explicit and recorded != config.path:
-        from nvhook.config.load import load_config
-
-        config = load_config(recorded, {})
+    config = policy(old, config, path, explicit=explicit, hook_path=hook_path)
     new = regenerate(old, config, hook_path=hook_path or None)
     why = differences(old, new)
     if not why:
