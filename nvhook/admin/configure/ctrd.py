@@ -117,9 +117,14 @@ def default_config_version() -> int:
     """No main config: version 3 for a containerd 2.x binary, else 2."""
     import subprocess
 
+    from nvhook.admin.programs import trusted_which
+
+    binary = trusted_which("containerd", os.environ.get("PATH", ""))
+    if binary is None:  # absent, or where a user could have put it: not run as root
+        return 2
     try:
-        out = subprocess.run(["containerd", "--version"], capture_output=True, text=True,
-                             timeout=10, check=False).stdout
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             timeout=10, check=False, cwd="/").stdout
     except OSError:
         return 2
     words = [w for w in out.split() if w.startswith(("v1.", "v2.", "1.", "2."))]
