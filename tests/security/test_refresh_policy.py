@@ -42,8 +42,10 @@ def mig_change(sim: SimRoot) -> None:
     (Path(sim.proc_root) / "driver/nvidia/capabilities/gpu0/mig/gi13/ci0").mkdir(parents=True)
 
 
-def refused(out: Path, before: bytes, *words: str) -> None:
-    """`cdi refresh`, `cdi check --refresh` and `cdi check`: one line, exit 1, spec kept."""
+def refused(out: Path, before: bytes, *words: str) -> list[str]:
+    """`cdi refresh`, `cdi check --refresh` and `cdi check`: one line, exit 1, spec kept;
+    their errors."""
+    errors = []
     for args in (("cdi", "refresh", "--output", str(out)),
                  ("cdi", "check", "--spec", str(out), "--refresh"),
                  ("cdi", "check", "--spec", str(out))):
@@ -53,6 +55,8 @@ def refused(out: Path, before: bytes, *words: str) -> None:
         assert "not regenerated, left as it was" in proc.stderr
         assert all(w in proc.stderr for w in words), proc.stderr
         assert out.read_bytes() == before
+        errors.append(proc.stderr)
+    return errors
 
 
 @pytest.fixture
@@ -70,7 +74,7 @@ def test_recorded_config_in_a_users_directory(sim: SimRoot, tmp_path: Path) -> N
     os.chown(home, USER, USER)  # the admin's --config pointed into what is now a user's home
     config.write_text(config.read_text().replace(sim.path, "/home/user/evil"))
     mig_change(sim)
-    refused(out, before, str(home), f"owned by uid {USER}")
+    assert len(refused(out, before, str(home), f"owned by uid {USER}")) == 3
 
 
 def test_recorded_config_in_tmp_deleted_and_recreated_by_a_user(sim: SimRoot,
@@ -87,7 +91,7 @@ def test_recorded_config_in_tmp_deleted_and_recreated_by_a_user(sim: SimRoot,
     config.write_text(text)
     os.chown(config, USER, USER)
     mig_change(sim)
-    refused(out, before, str(config), f"owned by uid {USER}")
+    assert len(refused(out, before, str(config), f"owned by uid {USER}")) == 3
 
 
 def test_driver_root_a_user_can_write(sim: SimRoot, tmp_path: Path) -> None:
@@ -98,7 +102,7 @@ def test_driver_root_a_user_can_write(sim: SimRoot, tmp_path: Path) -> None:
     mig_change(sim)
     os.chmod(sim.path, 0o777)
     try:
-        refused(out, before, "driver root", "writable by group or others")
+        assert len(refused(out, before, "driver root", "writable by group or others")) == 3
     finally:
         os.chmod(sim.path, 0o755)
 
@@ -112,7 +116,7 @@ def test_recorded_hook_path_a_user_can_write(sim: SimRoot, tmp_path: Path) -> No
     before = generate(Path(sim.config_path), out, hook=str(hook))
     os.chown(bin_dir, USER, USER)
     mig_change(sim)
-    refused(out, before, "the hook the spec runs", str(bin_dir))
+    assert len(refused(out, before, "the hook the spec runs", str(bin_dir))) == 3
 
 
 def test_trusted_recorded_config_still_refreshes(sim: SimRoot, tmp_path: Path) -> None:
@@ -136,4 +140,4 @@ def test_recorded_hook_path_missing_under_a_users_directory(sim: SimRoot,
     before = generate(Path(sim.config_path), out, hook=str(home / "bin" / "nvidia-cdi-hook"))
     os.chown(home, USER, USER)  # the user can make bin/ and plant the hook
     mig_change(sim)
-    refused(out, before, "the hook the spec runs", f"owned by uid {USER}")
+    assert len(refused(out, before, "the hook the spec runs", f"owned by uid {USER}")) == 3
