@@ -415,16 +415,6 @@ def test_dry_run_includes_the_engine_plan(hook: Hook, sim_root: Any) -> None:
     assert isinstance(result["plan"], dict)
 
 
-def test_docs_list_every_deviation() -> None:
-    from nvhook.deviations.hook import HOOK
-    from nvhook.deviations.tools import TOOLS
-
-    for page, entries in (("hook.md", HOOK), ("runtimes.md", TOOLS)):
-        docs = (REPO / "docs" / page).read_text()
-        for topic, what, why in entries:
-            assert f"- **{topic}**: {what}. Why: {why}." in docs, (page, topic)
-
-
 def test_control_characters_in_errors_are_escaped() -> None:
     from nvhook.logs import one_line as _one_line
 
