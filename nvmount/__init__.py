@@ -1,7 +1,7 @@
 """nvmount: the mount engine (what libnvidia-container's `configure` does, fd-safe).
 
-The stages are packages; their order is the data flow (`engine.configure_container` only
-orders them, `engine_run.Run` holds the effectful half):
+The stages are packages; their order is the data flow (`pipeline.configure_container` only
+orders them, `effects.Run` holds the effectful half):
 
     discover/   driver root, ld.so.cache, ELF, NVML (in a child), files, devices -> DriverInventory
     plan/       selection, requirements, plan_mounts (pure)                   -> MountPlan

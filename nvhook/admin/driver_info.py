@@ -60,8 +60,8 @@ def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) ->
     cfg = load_config(opts.config_path, os.environ)
     discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory,
                         sys_root=cfg.nvhook.sys_root, nvml_timeout=cfg.nvhook.nvml_timeout)
-    from nvmount.engine import missing_root
     from nvmount.errors import DriverError
+    from nvmount.pipeline import missing_root
 
     missing = missing_root(cfg.cli.root or "/")
     if missing is not None:
@@ -76,8 +76,8 @@ def _discover_cached(opts: GlobalOptions, fresh: bool) -> tuple[DriverInventory,
     NVML now, saying what the cache held (it is rewritten)."""
     from nvhook.config.load import load_config
     from nvhook.hook.mount import engine_options
-    from nvmount.engine import discover_cached
     from nvmount.faults import Faults
+    from nvmount.pipeline import discover_cached
 
     config = load_config(opts.config_path, os.environ)
     inventory, cache = discover_cached(engine_options(config), Faults(), fresh=fresh)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nvhook.config.model import HookConfig
     from nvmount.container.types import ContainerLayout
     from nvmount.discover.inventory import DriverInventory
-    from nvmount.engine_types import EngineOptions
+    from nvmount.requests import EngineOptions
 
 DEFAULT_HOOK = "/usr/bin/nvhook"  # the package's launcher (hookpath.PACKAGE_LAUNCHER)
 _MAJORS = ("nvidia-frontend", "nvidia-uvm", "nvidia-caps", "nvidia-caps-imex-channels")
@@ -50,7 +50,7 @@ class GenerateOptions:
 
 
 class _Layout:
-    """What `nvmount.engine.make_plan` reads of a container: its layout."""
+    """What `nvmount.pipeline.make_plan` reads of a container: its layout."""
 
     def __init__(self, layout: object) -> None:
         self.layout = layout
@@ -61,8 +61,8 @@ def generate_spec(config: HookConfig, options: GenerateOptions | None = None) ->
     from nvhook.cdi.stamp import driver_state, make_stamp
     from nvhook.hook.mount import engine_options
     from nvmount.discover.devices import read_char_majors
-    from nvmount.engine import discover_cached
     from nvmount.faults import Faults
+    from nvmount.pipeline import discover_cached
 
     options = options or GenerateOptions()
     if options.strategy not in S.STRATEGIES:
@@ -194,8 +194,8 @@ def host_layout(inventory: DriverInventory) -> object:
 
 def _planner(inventory: DriverInventory, where: _Layout, config: HookConfig,
              options: Any) -> Any:
-    from nvmount.engine import make_plan, select_and_check
-    from nvmount.engine_types import EngineRequest
+    from nvmount.pipeline import make_plan, select_and_check
+    from nvmount.requests import EngineRequest
 
     def plan(devices: tuple[str, ...], features: tuple[str, ...] = ()) -> Any:
         request = EngineRequest(devices=devices, features=features,

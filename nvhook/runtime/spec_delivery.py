@@ -55,10 +55,10 @@ def deliver_spec(doc: dict[str, Any], request: ContainerRequest, bundle: BundleF
     """Deliver the container's plan into `doc` and its rootfs; what is left for the prestart
     hook (empty: no hook), or None when no driver is found (the hook delivers everything)."""
     from nvhook.hook.mount import engine_options, engine_request
-    from nvmount import engine
+    from nvmount import pipeline
     from nvmount._libc import Libc
 
-    plan = engine.plan_only(engine_request(request), rootfs, engine_options(config), Libc(),
+    plan = pipeline.plan_only(engine_request(request), rootfs, engine_options(config), Libc(),
                             timer=timer)
     if plan is None:
         log.warning("spec delivery: no NVIDIA driver found; the prestart hook delivers "

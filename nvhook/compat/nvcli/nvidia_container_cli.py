@@ -35,7 +35,7 @@ from nvhook.errors import NvhookError, UsageError
 if TYPE_CHECKING:
     from nvhook.config.model import HookConfig
     from nvmount.discover.inventory import DriverInventory
-    from nvmount.engine_types import EngineRequest
+    from nvmount.requests import EngineRequest
 
 VERSION = "1.17.8"
 CAPABILITY_FLAGS = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
@@ -205,10 +205,10 @@ def _list(values: dict[str, Any], name: str) -> list[str]:
 def configure(parsed: Parsed, config: HookConfig, cwd: str | None) -> int:
     """Configure the container whose init is --pid (else our parent) and rootfs ROOTFS."""
     from nvhook.hook.mount import engine_options
-    from nvmount import engine
+    from nvmount import pipeline
     from nvmount._libc import Libc
     from nvmount.faults import Faults
-    from nvmount.plan.delivery import Delivered
+    from nvmount.plan.split import Delivered
 
     if len(parsed.args) != 1:
         raise UsageError("nvidia-container-cli: configure: expected one ROOTFS argument")
@@ -221,7 +221,7 @@ def configure(parsed: Parsed, config: HookConfig, cwd: str | None) -> int:
     options = engine_options(config, None, limit_privileges=True, delivered=delivered,
                              cli_flags=_flags(parsed))
     debug = bool(parsed.global_opts.get("debug"))
-    engine.configure_container(engine_request(parsed), pid, rootfs, options, Libc(),
+    pipeline.configure_container(engine_request(parsed), pid, rootfs, options, Libc(),
                                faults=Faults.from_env(os.environ, debug=debug,
                                                       enabled=config.nvhook.test_faults))
     return 0
@@ -240,7 +240,7 @@ def engine_request(parsed: Parsed) -> EngineRequest:
     """The flags of `configure` as the engine's request."""
     from nvhook.hook.mount import imex_channel
     from nvmount.capabilities import DriverCapability
-    from nvmount.engine_types import EngineRequest
+    from nvmount.requests import EngineRequest
 
     o = parsed.opts
     from nvhook.errors import RequestError
