@@ -170,7 +170,7 @@ class Run:
         return done
 
     def _ldconfig(self) -> LdconfigResult:
-        from nvmount.cgroup.find import process_cgroups
+        from nvmount.container.cgroup import process_cgroups
         from nvmount.errors import CgroupError
         from nvmount.ldcache.ldconfig import LdconfigResult, run_ldconfig
         from nvmount.ldcache.setting import resolve_ldconfig

@@ -48,10 +48,10 @@ if TYPE_CHECKING:
 
     from nvmount._libc import Libc
     from nvmount.container.open import ContainerHandle
-    from nvmount.container.types import ContainerLayout
     from nvmount.discover.inventory import DriverInventory
     from nvmount.fs.rootfs import Root
     from nvmount.plan.selection import Selection
+    from nvmount.plan.types import ContainerLayout
 
 log = get_logger(__name__)
 

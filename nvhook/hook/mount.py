@@ -42,10 +42,7 @@ if TYPE_CHECKING:
 
     from nvhook.config.model import HookConfig
     from nvhook.hook.request import ContainerRef, ContainerRequest
-    from nvmount.plan.split import Delivered
-    from nvmount.plan.types import MountPlan
-    from nvmount.requests import EngineOptions, EngineRequest
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import Delivered, EngineOptions, EngineRequest, MountPlan, PhaseTimer
 
 MAX_IMEX_CHANNEL = 1 << 20
 
@@ -64,10 +61,7 @@ def run_engine(
     """Configure the container for `request`; in dry-run, return the plan instead."""
     import os
 
-    from nvmount import pipeline
-    from nvmount._libc import Libc
-    from nvmount.faults import Faults
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import Faults, Libc, PhaseTimer, configure_container, plan_only, write_timing
 
     timer = timer or PhaseTimer()
     options = engine_options(config, container, limit_privileges=not dry_run,
@@ -75,19 +69,19 @@ def run_engine(
     ereq = engine_request(request)
     libc = Libc()
     if dry_run:
-        plan = pipeline.plan_only(ereq, container.rootfs, options, libc, timer=timer)
-        pipeline.write_timing(options, timer, container.pid, None, dry_run=True)
+        plan = plan_only(ereq, container.rootfs, options, libc, timer=timer)
+        write_timing(options, timer, container.pid, None, dry_run=True)
         return None if plan is None else plan_to_json(plan)
     faults = Faults.from_env(os.environ if environ is None else environ, debug=debug,
                              enabled=config.nvhook.test_faults)
-    pipeline.configure_container(ereq, container.pid, container.rootfs, options, libc,
-                               faults=faults, timer=timer)
+    configure_container(ereq, container.pid, container.rootfs, options, libc,
+                        faults=faults, timer=timer)
     return None
 
 
 def engine_request(request: ContainerRequest) -> EngineRequest:
     """ContainerRequest -> EngineRequest (the device ids as a tuple, end to end)."""
-    from nvmount.requests import EngineRequest
+    from nvmount.api import EngineRequest
 
     return EngineRequest(
         devices=tuple(request.devices),
@@ -137,8 +131,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
     import os
 
     from nvhook.hook.request import csv_mode
-    from nvmount.plan.types import CompatMode
-    from nvmount.requests import EngineOptions
+    from nvmount.api import CompatMode, EngineOptions
 
     cli, flags = config.cli, cli_flags or {}
     return EngineOptions(
@@ -168,7 +161,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
 
 def plan_to_json(plan: MountPlan) -> dict[str, object]:
     """The dry-run document (shape in the module docstring and docs/architecture.md)."""
-    from nvmount.plan.types import Bind, Symlink, Tmpfs
+    from nvmount.api import Bind, Symlink, Tmpfs
 
     entries: list[dict[str, object]] = []
     by_cap: dict[str, list[str]] = {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 
 from nvhook.hook.oci import Spec, field
-from nvmount.plan.split import Delivered
+from nvmount.api import Delivered
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

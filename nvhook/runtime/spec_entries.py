@@ -19,8 +19,7 @@ in config.json (`nvhook.hook.spec_mode`), applies only the rest of the same plan
 
 from __future__ import annotations
 
-from nvmount.plan.split import runtime_share
-from nvmount.plan.types import Bind, MountFlag, MountPlan
+from nvmount.api import Bind, MountFlag, MountPlan, runtime_share
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

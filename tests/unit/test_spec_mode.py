@@ -27,9 +27,10 @@ from nvhook.runtime.settings import settings_from_document
 from nvhook.runtime.spec_entries import device_nodes, spec_entries
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
+from nvmount.fs.paths import SourceKind
 from nvmount.pipeline import plan_only
 from nvmount.plan.split import RUNTIME_MOUNTS, Delivered, hook_share
-from nvmount.plan.types import Bind, MountPlan, SourceKind, Symlink, Tmpfs, WriteFile
+from nvmount.plan.types import Bind, MountPlan, Symlink, Tmpfs, WriteFile
 from nvmount.requests import EngineOptions, EngineRequest
 from tests.fixtures.containers import RootfsCache
 
