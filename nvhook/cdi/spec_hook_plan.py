@@ -19,14 +19,15 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import UNGATED
-from nvmount.plan.procfs import (
+from nvmount.plan.app_profile import (
     APP_PROFILE_DIR,
     APP_PROFILE_FILE,
     APP_PROFILE_MODE,
-    PROC_DRIVER,
+    MASK_BITS,
     app_profile_bytes,
-    rewrite_params,
+    gpu_mask,
 )
+from nvmount.plan.procfs import PROC_DRIVER, rewrite_params
 from nvmount.plan.types import RO_PROC, Bind, MountPlan, SourceKind, Symlink, Tmpfs, WriteFile
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 # labels of the entries a read-only target may skip (EngineOptions.optional)
 OPTIONAL = frozenset(("driver link", "dri link", "application profiles"))
-_MASK_BITS = 64
 
 
 def hook_plan(inputs: HookInputs, granted: tuple[str, ...], proc_files: tuple[ProcFile, ...],
@@ -81,13 +81,10 @@ def _procfs(inputs: HookInputs, files: tuple[ProcFile, ...],
 def _app_profile(minors: list[int], warnings: list[str]) -> list[PlanEntry]:
     entries: list[PlanEntry] = [Tmpfs(APP_PROFILE_DIR, APP_PROFILE_MODE, RO_PROC,
                                       "application profiles")]
-    mask = 0
-    for minor in dict.fromkeys(minors):
-        if minor >= _MASK_BITS:
-            warnings.append(f"application profile: GPU minor {minor} (>= {_MASK_BITS}) is not "
-                            "listed in EGLVisibleDGPUDevices")
-        else:
-            mask |= 1 << minor
+    mask, dropped = gpu_mask(list(dict.fromkeys(minors)))
+    for minor in dropped:
+        warnings.append(f"application profile: GPU minor {minor} (>= {MASK_BITS}) is not "
+                        "listed in EGLVisibleDGPUDevices")
     if mask:
         entries.append(WriteFile(APP_PROFILE_FILE, app_profile_bytes(mask), APP_PROFILE_MODE,
                                  "application profile"))

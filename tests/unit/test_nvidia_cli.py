@@ -16,12 +16,12 @@ import yaml
 
 from nvhook.compat import urfave
 from nvhook.compat.cdihook import cudacompat, params
-from nvhook.compat.cdihook.actions import gpu_mask
 from nvhook.compat.cdihook.nvidia_cdi_hook import main as cdi_hook
 from nvhook.compat.nvctk import cdi, config
 from nvhook.compat.nvctk.nvidia_ctk import main as ctk
 from nvhook.compat.urfave import BOOL, SLICE, CliError, Flag
 from nvhook.dev.sim import SimRoot
+from nvmount.plan.app_profile import gpu_mask
 from tests.fixtures.nvidia_specs import CONFIGURE, CONFIGURE_CASES, RUNTIME_PATH, spec_for
 
 if sys.version_info >= (3, 11):

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
-APP_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
-APP_PROFILE_FILE = APP_PROFILE_DIR + "/10-container.conf"
 
 
 class HookError(NvhookError):
@@ -253,25 +251,10 @@ def update_application_profile(run: HookRun, p: Parsed) -> None:
     run.in_root(target, lambda root, _: _app_profile(run, root, target.owner))
 
 
-def app_profile_bytes(mask: int) -> bytes:
-    """The profile's exact content: `nvmount.plan.procfs.app_profile_bytes`, which the
-    engine's plan uses (not imported: it loads the plan's types; a test keeps both equal)."""
-    return ('{ "profiles": [{"name": "_container_", "settings": ["EGLVisibleDGPUDevices", '
-            f'0x{mask:x}]}}], "rules": [{{"pattern": [], "profile": "_container_"}}]}}').encode()
-
-
-def gpu_mask(minors: list[int]) -> tuple[int, list[int]]:
-    """(EGLVisibleDGPUDevices bitmask, minors left out: >= 64 do not fit the mask)."""
-    mask = 0
-    for minor in minors:
-        if 0 <= minor < 64:
-            mask |= 1 << minor
-    return mask, [m for m in minors if not 0 <= m < 64]
-
-
 def _app_profile(run: HookRun, root: Root, owner: tuple[int, int]) -> None:
     from nvhook.compat.cdihook import files
     from nvmount.errors import NvmountError
+    from nvmount.plan.app_profile import APP_PROFILE_FILE, app_profile_bytes, gpu_mask
 
     listed = files.list_dir(root, "/dev")
     if listed is None:
