@@ -31,7 +31,6 @@ from nvmount.plan.types import Symlink
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.runtime.log import RuntimeLog
-    from nvmount._libc import Libc
     from nvmount.apply.journal import Journal
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
@@ -80,7 +79,7 @@ def write_rootfs(plan: MountPlan, rootfs: str, mounts: frozenset[str], owner: tu
                 for made in root.symlink(link.target, link.link, *owner):
                     journal.record(f"created {made.path}",
                                    lambda m=made: root.remove_created(m))  # type: ignore[misc]
-            ldcache = _ldcache(plan, root, procfs, journal, libc, owner, mounts, ldcache_mode,
+            ldcache = _ldcache(plan, root, procfs, journal, owner, mounts, ldcache_mode,
                                ldconfig_required, log)
         except BaseException:
             failures = journal.rollback()
@@ -93,7 +92,7 @@ def write_rootfs(plan: MountPlan, rootfs: str, mounts: frozenset[str], owner: tu
     return RootfsWork(len(mine), ldcache, tuple(left))
 
 
-def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal, libc: Libc,
+def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal,
              owner: tuple[int, int], mounts: frozenset[str], mode: str, required: bool,
              log: RuntimeLog) -> str:
     """The ld.so.cache written (what was done), or "left to the hook: <why>"."""
@@ -107,7 +106,7 @@ def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal, libc
     from nvmount.ldcache.write import Fallback, update_ldcache
 
     try:
-        return update_ldcache(root, procfs, plan, owner, journal, libc)
+        return update_ldcache(root, procfs, plan, owner, journal)
     except Fallback as why:
         return f"left to the hook: {why}"
     except LdcacheError as err:

@@ -1,7 +1,7 @@
 """The hooks of NVIDIA 1.20's CDI specs, done by nvhook in the container's root (the grammar
 and dispatch: `nvhook.compat.cdihook.nvidia_cdi_hook`). Stage: apply.
 
-    create-symlinks --link TARGET::LINK ...   links, replacing what is there (files.symlink)
+    create-symlinks --link TARGET::LINK ...   links, replacing what is there (Root.symlink)
     update-ldcache --folder DIR ...           the cache written by nvhook (cdihook.ldcache),
                                               else the sandboxed host ldconfig on the
                                               container (nvmount.ldcache), compat dirs first
@@ -46,7 +46,6 @@ def _optional(run: HookRun, what: str, err: Exception) -> None:
 
 # -- create-symlinks -------------------------------------------------------------------------
 def create_symlinks(run: HookRun, p: Parsed) -> None:
-    from nvhook.compat.cdihook import files
     from nvmount.errors import NvmountError
 
     links: list[tuple[str, str]] = []
@@ -62,7 +61,8 @@ def create_symlinks(run: HookRun, p: Parsed) -> None:
     def act(root: Root, _: ProcFs) -> None:
         for text, link in links:
             try:
-                made = files.symlink(root, link, text, target.owner)
+                made = any(c.kind.value == "symlink"
+                           for c in root.symlink(link, text, *target.owner, replace=True))
             except (OSError, NvmountError) as err:
                 why = err.strerror if isinstance(err, OSError) else str(err)
                 raise HookError(f"failed to create link [{text} {link}]: {why}") from err
@@ -103,7 +103,7 @@ def _write_ldcache(run: HookRun, target: Target, folders: list[str]) -> bool:
 
     try:
         done = run.in_root(target, lambda root, procfs: write_cache(
-            root, procfs, folders, target.owner, run.libc,
+            root, procfs, folders, target.owner,
             host_run=target.in_container and target.ns_rootfs != "/"))
     except Fallback as why:
         run.log.debug(f"ld.so.cache left to ldconfig: {why}")
@@ -215,7 +215,7 @@ def _write_compat_conf(run: HookRun, root: Root, procfs: ProcFs, directory: str,
             finally:
                 os.close(fd)
         name = f"{COMPAT_PREFIX}{os.urandom(16).hex()}{COMPAT_SUFFIX}"
-        files.write_file(root, f"{LDSO_CONF_D}/{name}", data, 0o644, owner, replace=False)
+        root.write_file(f"{LDSO_CONF_D}/{name}", data, 0o644, *owner, parents=0o755)
     except (OSError, NvmountError) as err:
         _optional(run, f"add {directory} to {LDSO_CONF_D}", err)
 
@@ -275,8 +275,8 @@ def _app_profile(run: HookRun, root: Root, owner: tuple[int, int]) -> None:
     if not mask:
         return
     try:
-        files.write_file(root, APP_PROFILE_FILE, app_profile_bytes(mask), 0o444, owner,
-                         dir_mode=0o555)
+        root.write_file(APP_PROFILE_FILE, app_profile_bytes(mask), 0o444, *owner,
+                        replace=True, parents=0o555)
     except (OSError, NvmountError) as err:
         _optional(run, f"write the application profile {APP_PROFILE_FILE}", err)
 
