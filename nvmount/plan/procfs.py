@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 PROC_DRIVER = "/proc/driver/nvidia"
 PROC_FILES = ("params", "version", "registry")
 GRAPHICS_LIBS = DriverCapability.GRAPHICS | DriverCapability.DISPLAY
-__all__ = ["APP_PROFILE_DIR", "APP_PROFILE_FILE", "APP_PROFILE_MODE", "app_profile_bytes",
-           "plan_app_profile", "plan_procfs", "rewrite_params"]
 
 _MODIFY_ON = b"ModifyDeviceFiles: 1"
 _MODIFY_OFF = b"ModifyDeviceFiles: 0"

@@ -16,11 +16,9 @@ from nvmount.discover.inventory import (
     MigDevice,
 )
 from nvmount.errors import DriverError, SelectionError
+from nvmount.plan.app_profile import app_profile_bytes
 from nvmount.plan.mounts import compat_dirs, plan_mounts
-from nvmount.plan.procfs import (
-    app_profile_bytes,
-    rewrite_params,
-)
+from nvmount.plan.procfs import rewrite_params
 from nvmount.plan.selection import Selection, select_devices
 from nvmount.plan.types import (
     RO_DEV,
