@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from nvmount.fs.rootfs import Root
 
 
-
 class HookError(NvhookError):
     """A hook failed: the container must not start."""
 
@@ -47,6 +46,7 @@ def _optional(run: HookRun, what: str, err: Exception) -> None:
 # -- create-symlinks -------------------------------------------------------------------------
 def create_symlinks(run: HookRun, p: Parsed) -> None:
     from nvmount.errors import NvmountError
+    from nvmount.fs.paths import EntryKind
 
     links: list[tuple[str, str]] = []
     for spec in dict.fromkeys(p.strings("link")):
@@ -61,7 +61,7 @@ def create_symlinks(run: HookRun, p: Parsed) -> None:
     def act(root: Root, _: ProcFs) -> None:
         for text, link in links:
             try:
-                made = any(c.kind.value == "symlink"
+                made = any(c.kind is EntryKind.SYMLINK
                            for c in root.symlink(link, text, *target.owner, replace=True))
             except (OSError, NvmountError) as err:
                 why = err.strerror if isinstance(err, OSError) else str(err)
