@@ -39,6 +39,10 @@ class HookError(NvhookError):
 
 
 def _optional(run: HookRun, what: str, err: Exception) -> None:
+    """A warning naming `what` and why: the system's words where a system call failed (`what`
+    names the path; a `Root` error's own path and rootfs would repeat it)."""
+    if not isinstance(err, OSError) and isinstance(err.__cause__, OSError):
+        err = err.__cause__
     why = (err.strerror or str(err)).lower() if isinstance(err, OSError) else str(err)
     run.log.warning(f"{what}: {why} (skipped: the container starts without it)")
 
