@@ -1,13 +1,13 @@
 """nvmount: the mount engine (what libnvidia-container's `configure` does, fd-safe).
 
-The stages are packages; their order is the data flow (`engine.configure_container` only
-orders them, `engine_run.Run` holds the effectful half):
+The stages are packages; their order is the data flow (`pipeline.configure_container` only
+orders them, `effects.Run` holds the effectful half):
 
     discover/   driver root, ld.so.cache, ELF, NVML (in a child), files, devices -> DriverInventory
     plan/       selection, requirements, plan_mounts (pure)                   -> MountPlan
-    container/  open the target (pidfd, ns/mnt, owner, cgroup), rootfs layout  -> ContainerHandle
+    container/  open the target (pidfd, ns/mnt, owner, device cgroup), layout -> ContainerHandle
     apply/      clone sources, enter the mount ns, run the plan, journal       -> ApplyResult
-    cgroup/     find the device cgroup; allow the plan's rules (v1 file, v2 BPF)
+    cgroup/     allow the plan's device rules (v1 file, v2 BPF)
     ldcache/    update the container's ld.so.cache (sandboxed host ldconfig)
 
 Shared below all stages: `fs/` (in-root path operations on fds, the trusted procfs handle),

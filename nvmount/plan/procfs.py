@@ -12,7 +12,9 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import DriverCapability
+from nvmount.discover.procfiles import ProcFile
 from nvmount.errors import DriverError
+from nvmount.fs.paths import SourceKind
 from nvmount.plan.app_profile import (
     APP_PROFILE_DIR,
     APP_PROFILE_FILE,
@@ -20,7 +22,7 @@ from nvmount.plan.app_profile import (
     MASK_BITS,
     app_profile_bytes,
 )
-from nvmount.plan.types import RO_PROC, Bind, PlanEntry, ProcFile, SourceKind, Tmpfs, WriteFile
+from nvmount.plan.types import RO_PROC, Bind, PlanEntry, Tmpfs, WriteFile
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
