@@ -115,20 +115,24 @@ def _parse_float(text: str) -> float:
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key[:100]!r}")
-        obj[key] = value
+    obj = dict(pairs)  # C speed; a key given twice makes it shorter
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key[:100]!r}")
+            seen.add(key)
     return obj
 
 
 def _last_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """Keys in the order of their last occurrence: a later `field` lookup sees Go's value."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        obj.pop(key, None)
-        obj[key] = value
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # a key given twice: put each where it last occurs
+        obj = {}
+        for key, value in pairs:
+            obj.pop(key, None)
+            obj[key] = value
     return obj
 
 
