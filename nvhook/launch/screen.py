@@ -3,8 +3,9 @@ even loaded. Stage: entry point (the launcher calls `screen` before importing `n
 
 With runtime wrappers, CRI-O and Podman hooks.d files, every container runs the prestart hook,
 and most want no GPU. The interpreter's own start is the floor of what a Python hook costs;
-`screen` adds little to it: it imports only builtin modules (`posix`, `marshal`, `_json`; not
-even `os`, whose import alone would cost ~2.5 ms) and answers "this container surely wants no
+`screen` adds little to it: it imports only builtin modules (`posix`, `marshal`; not even
+`os`, whose import alone would cost ~2.5 ms) and the one strict JSON decoder
+(`nvmount.jsonio`, on `_json`) and answers "this container surely wants no
 GPU, and nothing about its state, spec or config is an error", after which the launcher exits
 0. Whenever it is not sure, it hands the state it read to the full hook, which decides
 everything again, errors included. It declines only when all of these hold:
@@ -28,7 +29,6 @@ everything again, errors included. It declines only when all of these hold:
 
 from __future__ import annotations
 
-import _json
 import marshal
 import posix
 
@@ -126,25 +126,11 @@ def _cache(version: str) -> object:
     return value if fmt == CACHE_FORMAT and saved == version else None
 
 
-class _Decoder:
-    """What `_json.make_scanner` reads from a json.JSONDecoder."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-
-    @staticmethod
-    def parse_constant(name: str) -> Any:
-        raise ValueError(name)
-
-
 def _decode(data: bytes) -> Any:
-    text = data.decode("utf-8", "replace")
-    scan = _json.make_scanner(_Decoder())  # type: ignore[arg-type]
-    value, _ = scan(text, len(text) - len(text.lstrip(" \t\r\n")))
-    return value
+    """As the hook decodes (`nvhook.hook.oci.decode_json`): one strict decoder for both."""
+    from nvmount.jsonio import strict_loads
+
+    return strict_loads(data, go=True, max_bytes=MAX_DOCUMENT)
 
 
 def _read_state(fd: int) -> bytes:
