@@ -13,11 +13,19 @@ nvhook_gone_json='cannot run the runtime wrapper'
 nvhook_runtimes='runc'
 nvhook_grep='/bin/grep'
 nvhook_needles='NVIDIA_'
+nvhook_global_values=' root log '
+nvhook_global_bools=' debug help h version v '
+nvhook_bundle_names=' bundle b '
+nvhook_create_values=' bundle b pid-file '
+nvhook_create_bools=' no-pivot '
+nvhook_run_values=' bundle b pid-file '
+nvhook_run_bools=' no-pivot detach d '
 # END header
 # The runtime wrapper behind a POSIX sh front (nvhook/launch/runtime.sh): a call that cannot
 # concern a container's GPUs - every command but create and run, and a create or run whose
 # config.json names no NVIDIA variable - execs the low-level runtime without starting Python.
-# nvhook_runtimes and nvhook_needles hold one entry per line.
+# nvhook_runtimes and nvhook_needles hold one entry per line; the flag lists (made from
+# nvhook/launch/runtime_flags.py) one name per word, with a space before and after each.
 set -f
 nvhook_nl='
 '
@@ -61,8 +69,9 @@ nvhook_parse() {
 		*=*) nvhook_n=${nvhook_f%%=*} nvhook_v=${nvhook_f#*=} nvhook_has=1 ;;
 		*) nvhook_n=$nvhook_f nvhook_v='' nvhook_has='' ;;
 		esac
-		case $nvhook_n in
-		root | log | log-format | criu | rootless)
+		case $nvhook_n in *[!a-z0-9-]*) nvhook_slow=1; return ;; esac
+		case $nvhook_global_values in
+		*" $nvhook_n "*)
 			if [ -z "$nvhook_has" ]; then
 				[ $# -ge 2 ] || { nvhook_slow=1; return; }
 				shift
@@ -72,7 +81,8 @@ nvhook_parse() {
 			log) nvhook_log=$nvhook_v ;;
 			log-format) nvhook_fmt=$nvhook_v ;;
 			esac ;;
-		debug | systemd-cgroup | help | h | version | v)
+		*)
+			case $nvhook_global_bools in *" $nvhook_n "*) ;; *) nvhook_slow=1; return ;; esac
 			case $nvhook_has$nvhook_v in
 			'' | 11 | 1t | 1T | 1TRUE | 1true | 1True) nvhook_on=1 ;;
 			10 | 1f | 1F | 1FALSE | 1false | 1False) nvhook_on='' ;;
@@ -84,7 +94,6 @@ nvhook_parse() {
 			version) nvhook_version_flag=$nvhook_on ;;
 			v) nvhook_v_flag=$nvhook_on ;;
 			esac ;;
-		*) nvhook_slow=1; return ;;
 		esac
 		shift
 	done
@@ -93,25 +102,50 @@ nvhook_parse() {
 	esac
 	nvhook_cmd=${1-}
 	case $nvhook_cmd in
-	create | run) shift ;;
+	create) nvhook_values=$nvhook_create_values nvhook_bools=$nvhook_create_bools ;;
+	run) nvhook_values=$nvhook_run_values nvhook_bools=$nvhook_run_bools ;;
 	*) return ;;
 	esac
+	shift
+	nvhook_create_flags "$@" || nvhook_slow=1
+}
+
+# nvhook_create_flags ARGS...: the bundle of a create or run when runc and crun both read it
+# so (`--name`, `--name=value`, `-x`; the flags of the lists; a value not starting with -;
+# the container id last); false: the wrapper must read the line (nvhook.launch.command_line)
+nvhook_create_flags() {
+	nvhook_id=''
 	while [ $# -gt 0 ]; do
+		[ -z "$nvhook_id" ] || return 1
 		case $1 in
-		--) return ;;
-		-*)
-			nvhook_f=$1
-			while [ "${nvhook_f#-}" != "$nvhook_f" ]; do nvhook_f=${nvhook_f#-}; done
-			case $nvhook_f in
-			b=* | bundle=*) nvhook_bundle=${nvhook_f#*=} ;;
-			b | bundle)
-				[ $# -ge 2 ] || { nvhook_slow=1; return; }
+		--? | --?=*) return 1 ;;
+		--?*) nvhook_f=${1#--} ;;
+		-?) nvhook_f=${1#-} ;;
+		-*) return 1 ;;
+		*) nvhook_id=$1; shift; continue ;;
+		esac
+		case $nvhook_f in
+		?*=?*) nvhook_n=${nvhook_f%%=*} nvhook_v=${nvhook_f#*=} ;;
+		*=*) return 1 ;;
+		*) nvhook_n=$nvhook_f nvhook_v='' ;;
+		esac
+		case $nvhook_n in *[!a-z0-9-]*) return 1 ;; esac
+		case $nvhook_values in
+		*" $nvhook_n "*)
+			if [ "$nvhook_f" = "$nvhook_n" ]; then
+				[ $# -ge 2 ] || return 1
+				case $2 in -*) return 1 ;; esac
 				shift
-				nvhook_bundle=$1 ;;
-			esac ;;
+				nvhook_v=$1
+			fi
+			case $nvhook_bundle_names in *" $nvhook_n "*) nvhook_bundle=$nvhook_v ;; esac ;;
+		*)
+			case $nvhook_bools in *" $nvhook_n "*) ;; *) return 1 ;; esac
+			[ "$nvhook_f" = "$nvhook_n" ] || return 1 ;;
 		esac
 		shift
 	done
+	[ -n "$nvhook_id" ]
 }
 # END nvhook_parse
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 
 from nvhook.launch.facts import FACTS_DIR, FACTS_FORMAT, facts_path
+from nvhook.launch.runtime_flags import front_lists
 from nvhook.launch.shfile import render as render_file
 from nvhook.runtime.settings import DEFAULT_RUNTIMES, Settings
 
@@ -60,7 +61,7 @@ def values(python: str, paths: list[str], *, version: str, config: str | None = 
         "nvhook_format": FACTS_FORMAT, "nvhook_code": code, "nvhook_gone": gone,
         "nvhook_gone_json": json.dumps(gone)[1:-1],
         "nvhook_runtimes": "\n".join(DEFAULT_RUNTIMES), "nvhook_grep": GREP,
-        "nvhook_needles": "\n".join(Settings().needles()),
+        "nvhook_needles": "\n".join(Settings().needles()), **front_lists(),
     }
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.launch import shfile
+from nvhook.launch.runtime_flags import front_lists
 from nvhook.launch.write import render
 from tests.fixtures.required import missing
 
@@ -71,7 +72,7 @@ def test_the_header_holds_the_values_exactly(tmp_path: Path, shell: list[str]) -
               "nvhook_facts": "'", "nvhook_version": "$(id)", "nvhook_format": "x y",
               "nvhook_code": "\\n`", "nvhook_gone": "*", "nvhook_gone_json": "--",
               "nvhook_runtimes": "runc\ncrun", "nvhook_grep": "/bin/grep",
-              "nvhook_needles": "\\u\n\\/"}
+              "nvhook_needles": "\\u\n\\/", **front_lists()}
     text = shfile.render("runtime.sh", "# m", values)
     head = text[:text.index("\n# The runtime wrapper behind")]
     names = shfile.header_names(shfile.source("runtime.sh"))

@@ -55,8 +55,10 @@ def test_argv_flags_and_errors() -> None:
     assert parse_runtime_argv(["--version"]).version
     assert parse_runtime_argv(["-v"]).version
     assert parse_runtime_argv(["--debug", "state", "x"]).debug
-    inv = parse_runtime_argv(["create", "x", "-b"])
-    assert inv.error == "bundle option requires an argument" and not inv.creates
+    inv = parse_runtime_argv(["create", "x", "-b"])  # -b takes x: no container id left
+    assert inv.error == '"create" requires exactly 1 argument(s)' and not inv.creates
+    inv = parse_runtime_argv(["create", "-b=/b", "x"])  # runc: /b; crun: "=/b"
+    assert inv.creates and inv.ambiguous and inv.bundle is None
 
 
 LOOKUPS = [
