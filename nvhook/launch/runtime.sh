@@ -6,7 +6,9 @@ nvhook_module='/usr/lib/python3/dist-packages/nvhook/runtime/wrapper.py'
 nvhook_config=''
 nvhook_facts='/run/nvhook/runtime-00000000'
 nvhook_version='0'
-nvhook_format='nvhook-runtime-facts 1'
+nvhook_format='nvhook-runtime-facts 2'
+nvhook_stat='/usr/bin/stat'
+nvhook_stat_format='%d:%i:%s:%.9Y:%.9Z'
 nvhook_code='raise SystemExit(127)'
 nvhook_gone='cannot run the runtime wrapper'
 nvhook_gone_json='cannot run the runtime wrapper'
@@ -30,6 +32,7 @@ set -f
 nvhook_nl='
 '
 nvhook_log='' nvhook_fmt=text nvhook_cmd='' nvhook_bundle='' nvhook_slow='' nvhook_rt=''
+nvhook_ident=''
 nvhook_help='' nvhook_h='' nvhook_version_flag='' nvhook_v_flag=''
 
 # the Python wrapper (nvhook.runtime.wrapper.launched) with the whole command line
@@ -165,10 +168,18 @@ nvhook_config_file() {
 	fi
 }
 
-# a facts file the wrapper wrote (root's, no symlink) that is newer than the config file
+# nvhook_ident: the config file's identity as the facts record it (nvhook.launch.facts:
+# device, inode, size, mtime, ctime - what no copy tool sets), read once per call
+nvhook_identify() {
+	[ -z "$nvhook_ident" ] || return 0
+	[ -x "$nvhook_stat" ] || return 1
+	nvhook_ident=$(LC_ALL=C "$nvhook_stat" -L -c "$nvhook_stat_format" -- "$nvhook_cfg" \
+		2>/dev/null) && [ -n "$nvhook_ident" ]
+}
+
+# a facts file the wrapper wrote (root's, no symlink), and the config file's identity
 nvhook_fresh() {
-	# shellcheck disable=SC3013 # -nt: dash, bash and busybox sh have it
-	[ -O "$1" ] && [ ! -h "$1" ] && [ -e "$nvhook_cfg" ] && [ "$1" -nt "$nvhook_cfg" ]
+	[ -O "$1" ] && [ ! -h "$1" ] && nvhook_identify
 }
 
 # nvhook_rt: an executable regular file, not this launcher
@@ -209,8 +220,9 @@ nvhook_pick() {
 	nvhook_fresh "$nvhook_facts" || return 1
 	{
 		IFS= read -r nvhook_l1 && IFS= read -r nvhook_l2 && IFS= read -r nvhook_l3 &&
-			[ "$nvhook_l1" = "$nvhook_format" ] && [ "$nvhook_l2" = "$nvhook_version" ] &&
-			[ "$nvhook_l3" = "$nvhook_cfg" ] || return 1
+			IFS= read -r nvhook_l4 && [ "$nvhook_l1" = "$nvhook_format" ] &&
+			[ "$nvhook_l2" = "$nvhook_version" ] && [ "$nvhook_l3" = "$nvhook_cfg" ] &&
+			[ "$nvhook_l4" = "$nvhook_ident" ] || return 1
 		while IFS= read -r nvhook_c && [ -n "$nvhook_c" ]; do
 			nvhook_find "$nvhook_c" && return 0
 		done
@@ -227,7 +239,8 @@ nvhook_screen() {
 	else
 		nvhook_fresh "$nvhook_facts.needles" &&
 			IFS= read -r nvhook_l1 <"$nvhook_facts.needles" &&
-			[ "$nvhook_l1" = "$nvhook_format $nvhook_version $nvhook_cfg" ] || return 1
+			[ "$nvhook_l1" = "$nvhook_format $nvhook_version $nvhook_cfg $nvhook_ident" ] ||
+			return 1
 		LC_ALL=C "$nvhook_grep" -q -F -f "$nvhook_facts.needles" -- "$nvhook_json"
 	fi
 	[ $? -eq 1 ]

@@ -70,6 +70,7 @@ def test_the_header_holds_the_values_exactly(tmp_path: Path, shell: list[str]) -
     """Every header variable, read back by the shell, is the value given (no expansion)."""
     values = {"nvhook_python": ODD, "nvhook_module": "a\nb", "nvhook_config": "",
               "nvhook_facts": "'", "nvhook_version": "$(id)", "nvhook_format": "x y",
+              "nvhook_stat": "/s t", "nvhook_stat_format": "%d:%i",
               "nvhook_code": "\\n`", "nvhook_gone": "*", "nvhook_gone_json": "--",
               "nvhook_runtimes": "runc\ncrun", "nvhook_grep": "/bin/grep",
               "nvhook_needles": "\\u\n\\/", **front_lists()}
