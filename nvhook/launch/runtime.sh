@@ -22,6 +22,8 @@ nvhook_create_values=' bundle b pid-file '
 nvhook_create_bools=' no-pivot '
 nvhook_run_values=' bundle b pid-file '
 nvhook_run_bools=' no-pivot detach d '
+nvhook_default_config='/etc/nvidia-container-runtime/config.toml'
+nvhook_xdg_relative='nvidia-container-runtime/config.toml'
 # END header
 # The runtime wrapper behind a POSIX sh front (nvhook/launch/runtime.sh): a call that cannot
 # concern a container's GPUs - every command but create and run, and a create or run whose
@@ -152,17 +154,18 @@ nvhook_create_flags() {
 }
 # END nvhook_parse
 
-# nvhook_cfg: the config file the wrapper reads ('' for the built-in defaults)
+# nvhook_cfg: the config file the wrapper reads ('' for the built-in defaults), in the order
+# of nvhook.config.basics.candidates (the variable names: a test checks them)
 nvhook_config_file() {
 	if [ -n "${NVIDIA_CTK_CONFIG_FILE_PATH-}" ]; then
 		nvhook_cfg=$NVIDIA_CTK_CONFIG_FILE_PATH
 	elif [ -n "$nvhook_config" ]; then
 		nvhook_cfg=$nvhook_config
 	elif [ -n "${XDG_CONFIG_HOME-}" ] &&
-		[ -e "$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml" ]; then
-		nvhook_cfg=$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml
-	elif [ -e /etc/nvidia-container-runtime/config.toml ]; then
-		nvhook_cfg=/etc/nvidia-container-runtime/config.toml
+		[ -e "$XDG_CONFIG_HOME/$nvhook_xdg_relative" ]; then
+		nvhook_cfg=$XDG_CONFIG_HOME/$nvhook_xdg_relative
+	elif [ -e "$nvhook_default_config" ]; then
+		nvhook_cfg=$nvhook_default_config
 	else
 		nvhook_cfg=''
 	fi

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import json
 
+from nvhook.config.basics import DEFAULT_CONFIG_PATH, DEFAULT_RUNTIMES, XDG_RELATIVE
 from nvhook.launch.facts import FACTS_DIR, FACTS_FORMAT, STAT_FORMAT, facts_path
 from nvhook.launch.runtime_flags import front_lists
 from nvhook.launch.shfile import render as render_file
-from nvhook.runtime.settings import DEFAULT_RUNTIMES, Settings
+from nvhook.runtime.settings import Settings
 
 GREP = "/bin/grep"
 STATS = ("/usr/bin/stat", "/bin/stat")  # GNU coreutils' (merged /usr or not)
@@ -68,6 +69,7 @@ def values(python: str, paths: list[str], *, version: str, config: str | None = 
         "nvhook_gone_json": json.dumps(gone)[1:-1],
         "nvhook_runtimes": "\n".join(DEFAULT_RUNTIMES), "nvhook_grep": GREP,
         "nvhook_needles": "\n".join(Settings().needles()), **front_lists(),
+        "nvhook_default_config": DEFAULT_CONFIG_PATH, "nvhook_xdg_relative": XDG_RELATIVE,
     }
 
 

@@ -34,6 +34,8 @@ and containerd's `--gpus` run the hook or the CLI with no way to pass `--config`
 
 from __future__ import annotations
 
+from nvhook.config.basics import CONFIG_PATH_ENV as CONFIG_ENV
+
 KINDS = ("hook", "cli", "runtime", "ctk", "cdihook")
 DEFAULT_NAMES = {
     "hook": ("nvidia-container-runtime-hook", "nvhook-hook"),
@@ -43,7 +45,6 @@ DEFAULT_NAMES = {
     "cdihook": ("nvidia-cdi-hook",),
 }
 MARKER = "# nvhook hook launcher"  # every kind carries it (install replaces only its own files)
-CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
 
 _HEAD = '''#!{python} -IS
 {marker} ({kind}), written by `nvhook install` (nvhook {version}); re-run it after moving nvhook.

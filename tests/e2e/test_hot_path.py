@@ -73,7 +73,8 @@ def test_no_gpu_container_loads_only_the_gate(gpu_rig: GpuRig, tmp_path: Path) -
     what, modules, dataclasses = run_probe(tmp_path, ["prestart"], state, bundle)
     ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))}
     assert what == "declined"
-    assert ours == {"nvhook", "nvhook.launch", "nvhook.launch.screen"}, ours
+    assert ours == {"nvhook", "nvhook.launch", "nvhook.launch.screen", "nvhook.config",
+                    "nvhook.config.basics", "nvhook.hook", "nvhook.hook.request_env"}, ours
     assert not modules & (FORBIDDEN | {"os", "ctypes"}) and not dataclasses
 
 

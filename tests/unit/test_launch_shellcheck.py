@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.launch import shfile
-from nvhook.launch.runtime_flags import front_lists
+from nvhook.launch import runtime_sh, shfile
 from nvhook.launch.write import render
 from tests.fixtures.required import missing
 
@@ -68,12 +67,11 @@ def test_every_written_sh_launcher_passes_shellcheck(tmp_path: Path, paths: list
 @pytest.mark.parametrize("shell", SHELLS, ids=[" ".join(s) for s in SHELLS])
 def test_the_header_holds_the_values_exactly(tmp_path: Path, shell: list[str]) -> None:
     """Every header variable, read back by the shell, is the value given (no expansion)."""
-    values = {"nvhook_python": ODD, "nvhook_module": "a\nb", "nvhook_config": "",
-              "nvhook_facts": "'", "nvhook_version": "$(id)", "nvhook_format": "x y",
-              "nvhook_stat": "/s t", "nvhook_stat_format": "%d:%i",
-              "nvhook_code": "\\n`", "nvhook_gone": "*", "nvhook_gone_json": "--",
-              "nvhook_runtimes": "runc\ncrun", "nvhook_grep": "/bin/grep",
-              "nvhook_needles": "\\u\n\\/", **front_lists()}
+    odd = {"nvhook_python": ODD, "nvhook_module": "a\nb", "nvhook_config": "",
+           "nvhook_facts": "'", "nvhook_version": "$(id)", "nvhook_format": "x y",
+           "nvhook_stat": "/s t", "nvhook_code": "\\n`", "nvhook_gone": "*",
+           "nvhook_gone_json": "--", "nvhook_needles": "\\u\n\\/"}
+    values = {**runtime_sh.values("/usr/bin/python3", ["/x"], version="0"), **odd}
     text = shfile.render("runtime.sh", "# m", values)
     head = text[:text.index("\n# The runtime wrapper behind")]
     names = shfile.header_names(shfile.source("runtime.sh"))
