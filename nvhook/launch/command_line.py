@@ -25,6 +25,8 @@ from nvhook.launch.runtime_flags import (
     BUNDLE,
     CRUN_COMMANDS,
     CRUN_CONFIG,
+    CRUN_INTS,
+    CRUN_VERSIONS,
     RUNC_COMMANDS,
     RUNC_REORDER,
 )
@@ -38,12 +40,13 @@ class Parsed:
     """One grammar's reading: `bundle` (CWD for the working directory), `config` (crun's
     other spec file, "" when none), or `error` (the runtime refuses the line)."""
 
-    __slots__ = ("bundle", "config", "error")
+    __slots__ = ("bad_int", "bundle", "config", "error")
 
     def __init__(self, bundle: str = CWD, config: str = "", error: str = "") -> None:
         self.bundle = bundle
         self.config = config
         self.error = error
+        self.bad_int = ""  # crun: a flag whose value is no int (1.19+ refuse it)
 
 
 def bundle_of(command: str, args: list[str]) -> tuple[str | None, str, str]:
@@ -52,7 +55,8 @@ def bundle_of(command: str, args: list[str]) -> tuple[str | None, str, str]:
     wrapper cannot tell the bundle ("" each when not so)."""
     readings = {f"runc {v} {r}": runc_parse(command, args, v, r)
                 for v in RUNC_COMMANDS for r in RUNC_REORDER}
-    readings["crun"] = crun_parse(command, args)
+    for version in CRUN_VERSIONS:
+        readings[f"crun {version}"] = crun_parse(command, args, version)
     accepted = {k: r for k, r in readings.items() if not r.error}
     if not accepted:
         return None, readings["runc 1.2 own"].error, ""
@@ -174,8 +178,8 @@ def _go_int(text: str) -> bool:
     return True
 
 
-def crun_parse(command: str, args: list[str]) -> Parsed:
-    """crun's reading of a create/run's arguments (module docstring)."""
+def crun_parse(command: str, args: list[str], version: str = CRUN_VERSIONS[-1]) -> Parsed:
+    """crun `version`'s reading of a create/run's arguments (module docstring)."""
     table = CRUN_COMMANDS[command]
     shorts = {short: name for name, (short, _) in table.items() if short}
     out = Parsed()
@@ -195,6 +199,8 @@ def crun_parse(command: str, args: list[str]) -> Parsed:
             return Parsed(error=error)
     if len(args) - i != 1:
         return Parsed(error=f"`{command}` requires exactly 1 argument")
+    if out.bad_int and version != CRUN_VERSIONS[0]:
+        return Parsed(error=f"invalid value for `{out.bad_int}`")
     return out
 
 
@@ -241,9 +247,18 @@ def _crun_short(out: Parsed, table: dict[str, tuple[str, bool]], shorts: dict[st
 
 
 def _crun_value(out: Parsed, name: str, value: str) -> None:
+    if name in CRUN_INTS and not _c_int(value):
+        out.bad_int = out.bad_int or name
     if name == BUNDLE[0]:
         out.bundle = value
         if not value:
             out.error = "realpath `` failed"  # crun resolves the bundle: "" is an error
     elif name == CRUN_CONFIG[0]:
         out.config = value
+
+
+def _c_int(text: str) -> bool:
+    """Whether strtoll(text, &end, 10) reads all of `text` (leading blanks, a sign; "" is 0)."""
+    body = text.lstrip(" \t\n\v\f\r")
+    body = body[1:] if body[:1] in "+-" else body
+    return body.isdigit() and body.isascii() if body else text == ""

@@ -12,7 +12,7 @@ and the hidden `--program-name` and `--HANG`):
                preserve-fds (an int)                    run: detach d, keep, no-subreaper
     runc 1.2+  the same and pidfd-socket                the same
     crun       bundle b, config f, console-socket,      no-pivot, no-new-keyring,
-               pid-file, preserve-fds                   no-subreaper, help ?, usage;
+               pid-file, preserve-fds (1.19+: an int)   no-subreaper, help ?, usage;
                                                         run: detach d, keep (1.9+)
 
 runc 1.1 pins urfave/cli 1.22.1, whose argument reordering moves every `-x` word and the word
@@ -56,6 +56,8 @@ _CRUN_CREATE = {"bundle": ("b", True), "config": ("f", True), "console-socket": 
 CRUN_COMMANDS = {"create": _CRUN_CREATE,
                  "run": {**_CRUN_CREATE, "detach": ("d", False), "keep": ("", False)}}
 CRUN_CONFIG = ("config", "f")  # crun reads BUNDLE/FILE instead of BUNDLE/config.json
+CRUN_INTS = ("preserve-fds",)  # crun 1.19+: a base-10 int (strtoll, all of it); before: any
+CRUN_VERSIONS = ("1.8", "1.19")  # lenient, strict ints
 
 # never on the sh front's fast path: help and usage print, crun's --config reads another file,
 # argp's hidden flags

@@ -37,7 +37,8 @@ UNKNOWN = "?"
 REFUSED = ("Incorrect Usage", "flag provided but not defined", "flag needs an argument",
            "bad flag syntax", "invalid boolean value", "invalid value", "requires exactly",
            "requires a maximum", "requires at least", "unrecognized option", "invalid option",
-           "doesn't allow", "is ambiguous", "requires an argument", "USAGE:", "Usage:")
+           "doesn't allow", "is ambiguous", "requires an argument", "USAGE:", "Usage:",
+           "please specify a ID")
 
 
 def flag(name: str) -> str:
@@ -102,6 +103,13 @@ def runc_models() -> list[tuple[str, str]]:
     return [(flags, reorder) for reorder in RUNC_REORDER]
 
 
+def crun_model() -> str:
+    """The crun model of the installed crun (1.19 made --preserve-fds a checked int)."""
+    out = subprocess.run([CRUN, "--version"], capture_output=True, text=True, check=False)
+    minor = re.match(r"crun version 1\.([0-9]+)", out.stdout)
+    return "1.19" if minor and int(minor.group(1)) >= 19 else "1.8"
+
+
 def norm(bundle: str) -> str:
     return bundle.rstrip("/") if bundle not in ("", ".") else ""
 
@@ -111,7 +119,8 @@ def norm(bundle: str) -> str:
 def test_the_models_read_the_bundle_the_runtimes_read(rig: Rig, command: str) -> None:
     if not Path(RUNC).exists() or not Path(CRUN).exists():
         pytest.skip("needs runc and crun")
-    models = {m: [] for m in runc_models()}
+    models: dict[tuple[str, str], list[tuple[object, ...]]] = {m: [] for m in runc_models()}
+    crun_version = crun_model()
     wrong: list[tuple[object, ...]] = []
     for args in variants():
         runc = rig.bundle(RUNC, command, args)
@@ -123,7 +132,7 @@ def test_the_models_read_the_bundle_the_runtimes_read(rig: Rig, command: str) ->
                     ours.bundle)):
                 misses.append(("runc", args, runc, ours.bundle, ours.error))
         crun = rig.bundle(CRUN, command, args)
-        theirs = crun_parse(command, args)
+        theirs = crun_parse(command, args, crun_version)
         if crun != UNKNOWN and not theirs.config and ((crun is None) != bool(theirs.error) or (
                 crun is not None and norm(crun) != norm(theirs.bundle))):
             wrong.append(("crun", args, crun, theirs.bundle, theirs.error))
