@@ -68,7 +68,8 @@ def bundle_of(command: str, args: list[str]) -> tuple[str | None, str, str]:
     if len(bundles) > 1:
         seen = ", ".join(f"{k}: {r.bundle or '.'}" for k, r in sorted(accepted.items()))
         return None, "", (f"runc and crun read the bundle of this command line differently "
-                          f"({seen}); put the flags before the container id")
+                          f"({seen}): write each flag as --name value or --name=value, "
+                          "before the container id")
     bundle = bundles.pop()
     return (bundle or None), "", ""
 

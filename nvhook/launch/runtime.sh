@@ -57,7 +57,8 @@ nvhook_wrapper() {
 }
 
 # BEGIN nvhook_parse: runc's global flags as Go's flag package parses them; the command word;
-# the last -b/--bundle value of a create or run. nvhook_slow: the wrapper must decide.
+# the bundle of a create or run that runc and crun read alike (nvhook_create_flags).
+# nvhook_slow: the wrapper must decide.
 nvhook_parse() {
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -123,7 +124,7 @@ nvhook_create_flags() {
 	while [ $# -gt 0 ]; do
 		[ -z "$nvhook_id" ] || return 1
 		case $1 in
-		--? | --?=*) return 1 ;;
+		-- | --? | --?=*) return 1 ;;
 		--?*) nvhook_f=${1#--} ;;
 		-?) nvhook_f=${1#-} ;;
 		-*) return 1 ;;
