@@ -10,14 +10,22 @@ word, before or after the container id, the model of each runtime
 refuses; the wrapper's reading (`bundle_of`) must be that bundle or ambiguous where the two
 runtimes differ; the sh launcher's fast path must name the same bundle or leave it to the
 wrapper.
+
+With NVHOOK_GRAMMAR_ROOT naming a Debian root that holds other runc and crun builds (an
+extracted sid root: runc 1.3.6, crun 1.28), the same check runs them there (chroot in a private
+mount namespace with its own /proc and /sys).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,8 +67,9 @@ def variants() -> list[list[str]]:
 class Rig:
     """Bundles named by every word of the variants, each tagged; `cwd` the working one."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, root: Path | None = None) -> None:
         self.tmp = tmp
+        self.root = root  # the runtimes' root (None: this host's)
         self.cwd = tmp / "cwd"
         self.tags: dict[str, str] = {}
         words = {w for v in variants() for w in v} | {"=b2", "=b1", "b1", "b2", "un", "ndle"}
@@ -80,14 +89,41 @@ class Rig:
         """The bundle `tool` read ("" for the working directory), None when its parser
         refused the line, UNKNOWN when it stopped before reading a bundle for another reason
         (crun connects to its --console-socket first)."""
-        proc = subprocess.run([tool, "--root", str(self.tmp / "state"), command, *args],
-                              capture_output=True, text=True, cwd=self.cwd, timeout=30,
-                              check=False, stdin=subprocess.DEVNULL)
-        output = proc.stdout + proc.stderr
+        output = self.run([tool, "--root", self.inner(self.tmp / "state"), command, *args])
         found = re.search(r"ns-[0-9]+", output)
         if found:
             return self.tags[found.group(0)]
         return None if any(r in output for r in REFUSED) else UNKNOWN
+
+
+    def inner(self, path: Path) -> str:
+        return str(path) if self.root is None else f"/{path.relative_to(self.root)}"
+
+    def run(self, argv: list[str]) -> str:
+        """stdout and stderr of `argv` run in the working bundle directory."""
+        if self.root is None:
+            command = argv
+        else:
+            q = shlex.quote
+            inside = f"cd {q(self.inner(self.cwd))} && exec {shlex.join(argv)}"
+            command = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                       f"mount -t proc proc {q(str(self.root / 'proc'))} && mount -t sysfs "
+                       f"sysfs {q(str(self.root / 'sys'))} && exec chroot {q(str(self.root))} "
+                       f"sh -c {q(inside)}"]
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=self.cwd,
+                              timeout=30, check=False, stdin=subprocess.DEVNULL)
+        return proc.stdout + proc.stderr
+
+    def runc_models(self, runc: str) -> list[tuple[str, str]]:
+        """The runc models that may describe `runc` (its flags by version; the reordering
+        of the urfave/cli it was built with is found by the test)."""
+        flags = "1.1" if self.run([runc, "--version"]).startswith("runc version 1.1.") else "1.2"
+        return [(flags, reorder) for reorder in RUNC_REORDER]
+
+    def crun_model(self, crun: str) -> str:
+        """The crun model of `crun` (1.19 made --preserve-fds a checked int)."""
+        minor = re.match(r"crun version 1\.([0-9]+)", self.run([crun, "--version"]))
+        return "1.19" if minor and int(minor.group(1)) >= 19 else "1.8"
 
 
 @pytest.fixture(scope="module")
@@ -95,19 +131,18 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Rig:
     return Rig(tmp_path_factory.mktemp("grammar"))
 
 
-def runc_models() -> list[tuple[str, str]]:
-    """The runc models that may describe the installed runc (its flags by version; the
-    reordering of the urfave/cli it was built with is found by the test)."""
-    out = subprocess.run([RUNC, "--version"], capture_output=True, text=True, check=False)
-    flags = "1.1" if out.stdout.startswith("runc version 1.1.") else "1.2"
-    return [(flags, reorder) for reorder in RUNC_REORDER]
-
-
-def crun_model() -> str:
-    """The crun model of the installed crun (1.19 made --preserve-fds a checked int)."""
-    out = subprocess.run([CRUN, "--version"], capture_output=True, text=True, check=False)
-    minor = re.match(r"crun version 1\.([0-9]+)", out.stdout)
-    return "1.19" if minor and int(minor.group(1)) >= 19 else "1.8"
+@pytest.fixture(scope="module")
+def root_rig() -> Iterator[Rig]:
+    root = os.environ.get("NVHOOK_GRAMMAR_ROOT")
+    if not root or not (Path(root) / "usr/sbin/runc").exists():
+        pytest.skip("NVHOOK_GRAMMAR_ROOT names no root with usr/sbin/runc (optional: other "
+                    "runc and crun builds)")
+    (Path(root) / "tmp").mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="nvhook-grammar.", dir=Path(root) / "tmp"))
+    try:
+        yield Rig(tmp, Path(root))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def norm(bundle: str) -> str:
@@ -119,11 +154,24 @@ def norm(bundle: str) -> str:
 def test_the_models_read_the_bundle_the_runtimes_read(rig: Rig, command: str) -> None:
     if not Path(RUNC).exists() or not Path(CRUN).exists():
         pytest.skip("needs runc and crun")
-    models: dict[tuple[str, str], list[tuple[object, ...]]] = {m: [] for m in runc_models()}
-    crun_version = crun_model()
+    check(rig, RUNC, CRUN, command)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("command", ["create", "run"])
+def test_the_models_read_the_bundle_other_builds_read(root_rig: Rig, command: str) -> None:
+    check(root_rig, "/usr/sbin/runc", "/usr/bin/crun", command)
+
+
+def check(rig: Rig, runc_tool: str, crun_tool: str, command: str) -> None:
+    """Every variant: each model against the binary, the wrapper's and the launcher's bundle
+    against what the binaries read (module docstring)."""
+    models: dict[tuple[str, str], list[tuple[object, ...]]] = {
+        m: [] for m in rig.runc_models(runc_tool)}
+    crun_version = rig.crun_model(crun_tool)
     wrong: list[tuple[object, ...]] = []
     for args in variants():
-        runc = rig.bundle(RUNC, command, args)
+        runc = rig.bundle(runc_tool, command, args)
         for model, misses in models.items():
             ours = runc_parse(command, args, *model)
             if runc == UNKNOWN:
@@ -131,7 +179,7 @@ def test_the_models_read_the_bundle_the_runtimes_read(rig: Rig, command: str) ->
             if (runc is None) != bool(ours.error) or (runc is not None and norm(runc) != norm(
                     ours.bundle)):
                 misses.append(("runc", args, runc, ours.bundle, ours.error))
-        crun = rig.bundle(CRUN, command, args)
+        crun = rig.bundle(crun_tool, command, args)
         theirs = crun_parse(command, args, crun_version)
         if crun != UNKNOWN and not theirs.config and ((crun is None) != bool(theirs.error) or (
                 crun is not None and norm(crun) != norm(theirs.bundle))):
