@@ -44,11 +44,12 @@ def launcher_parse() -> str:
 PARSE = launcher_parse()
 
 
-def sh_parse(args: list[str]) -> tuple[bool, str, str]:
-    """(slow, command, bundle) from the launcher's own nvhook_parse, run by dash."""
+def sh_parse(args: list[str], shell: tuple[str, ...] = (DASH,)) -> tuple[bool, str, str]:
+    """(slow, command, bundle) from the launcher's own nvhook_parse, run by dash (or
+    `shell`)."""
     script = (PARSE + 'nvhook_parse "$@"\nprintf "%s\\n%s\\n%s" "$nvhook_slow" '
               '"$nvhook_cmd" "$nvhook_bundle"\n')
-    proc = subprocess.run([DASH, "-c", script, "sh", *args], capture_output=True, text=True,
+    proc = subprocess.run([*shell, "-c", script, "sh", *args], capture_output=True, text=True,
                           check=True, timeout=30)
     slow, cmd, bundle = proc.stdout.split("\n")
     return bool(slow), cmd, bundle
