@@ -6,7 +6,9 @@ checked here against it.
   `nvhook.config.basics.candidates`, for every combination of its inputs;
 - the runtimes default and the needles come from their homes into the header
   (`runtime_sh.values`), the create/run flag lists from `runtime_flags` (test_runtime_grammar);
-- the runtimes default is defined once (config/basics.py) and documented.
+- the runtimes default is defined once (config/basics.py) and documented;
+- the constants launch/ keeps beside their originals (cache dir and format, document bound)
+  equal them.
 """
 
 from __future__ import annotations
@@ -121,3 +123,22 @@ def test_no_screen_declines_what_the_request_takes(tmp_path: Path, case: tuple[
     assert may_want_gpus((bundle / "config.json").read_bytes(), wrapper)  # the wrapper's
     needles = [n.encode() for n in wrapper.needles()]  # the launcher's grep -F patterns
     assert any(n in (bundle / "config.json").read_bytes() for n in needles)
+
+
+# -- constants launch/ keeps beside their originals (the hot path imports neither nvmount nor
+# the hook's modules): one table, one test ---------------------------------------------------
+def test_copies_kept_in_launch_match_their_originals() -> None:
+    from nvhook.config import load
+    from nvhook.hook import oci
+    from nvhook.launch import facts, hook_records
+    from nvmount import cachefile
+
+    copies = [  # (copy, original)
+        (screen.CACHE, (cachefile.DEFAULT_DIR, load._CACHE_NAME)),
+        (screen.CACHE_FORMAT, cachefile.FORMAT),
+        (screen.MAX_DOCUMENT, oci.MAX_DOCUMENT_BYTES),
+        (facts.FACTS_DIR, cachefile.DEFAULT_DIR),
+        (hook_records.RECORD_PARENT, cachefile.DEFAULT_DIR),
+    ]
+    for copy, original in copies:
+        assert copy == original
