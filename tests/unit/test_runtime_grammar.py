@@ -32,6 +32,7 @@ import pytest
 
 from nvhook.launch.command_line import bundle_of, crun_parse, runc_parse
 from nvhook.launch.runtime_flags import RUNC_REORDER, command_kinds
+from tests.fixtures.required import missing
 from tests.unit.test_runtime_argv import sh_parse
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
@@ -155,7 +156,7 @@ def norm(bundle: str) -> str:
 @pytest.mark.parametrize("command", ["create", "run"])
 def test_the_models_read_the_bundle_the_runtimes_read(rig: Rig, command: str) -> None:
     if not Path(RUNC).exists() or not Path(CRUN).exists():
-        pytest.skip("needs runc and crun")
+        missing("needs runc and crun (packaging/setup.sh --clients installs crun)")
     check(rig, RUNC, CRUN, command)
 
 
