@@ -14,9 +14,13 @@ about 1 ms, so the front answers, without Python:
   `/run/nvhook/cdi-hooks/PID-START.NN`, one file per later call: the call's path and
   arguments, one per line (`hook_records.call_lines`); PID-START names the container's first
   process as the host's procfs shows it - the topmost ancestor in this process's mount
-  namespace (`record.container_key`, computed here the same way with `-ef` on the
-  ns/mnt links). The front runs as root (`/` is its own: not a user namespace) and trusts
-  only root's entries, no symlink among them; it compares every line with its arguments.
+  namespace (`hook_records.container_key`, computed here the same way with `-ef` on the
+  ns/mnt links) - and only in the host's view: its "/" must be the root of the runtime that
+  made the container (`-ef` on <proc>/PID/root, `hook_records.host_view`), as it is for a
+  createContainer hook before pivot_root; a startContainer hook's "/" is the image's, where
+  a record is the image's and is never looked up. The front runs as root (`/` is its own:
+  not a user namespace) and trusts only root's entries, no symlink among them; it compares
+  every line with its arguments.
 
 Anything else - another command, no record or no match, an unreadable /proc - execs
 `python3 -IS -c LOADER PATH ARGS...`: LOADER (`_LOADER`) reads the Python launcher of

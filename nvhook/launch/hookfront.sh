@@ -35,6 +35,9 @@ nvhook_key() {
 		# shellcheck disable=SC3013 # -ef: dash, bash and busybox sh have it
 		if ! [ "/proc/$nvhook_pp/ns/mnt" -ef /proc/self/ns/mnt ]; then
 			[ -e "/proc/$nvhook_pp/ns/mnt" ] || return 1  # unreadable: not known to differ
+			# the host's view only: "/" is the root of the runtime that made the container
+			# (createContainer, before pivot_root); after pivot_root it is the image's
+			[ / -ef "/proc/$nvhook_pp/root" ] || return 1
 			nvhook_key=$nvhook_pid-$nvhook_st
 			return 0
 		fi
@@ -62,10 +65,10 @@ nvhook_done() {
 	*) [ $# -eq 2 ] && [ "$1" = hook ] && [ "$2" = noop ] && return 0 ;;
 	esac
 	[ -O / ] || return 1  # root, not a user namespace's
+	nvhook_key || return 1  # the container, and "/" the host's: before any record path
 	for nvhook_d in "$nvhook_parent" "$nvhook_dir"; do
 		[ -d "$nvhook_d" ] && [ ! -h "$nvhook_d" ] && [ -O "$nvhook_d" ] || return 1
 	done
-	nvhook_key || return 1
 	for nvhook_f in "$nvhook_dir/$nvhook_key".*; do
 		if [ -f "$nvhook_f" ] && [ ! -h "$nvhook_f" ] && [ -O "$nvhook_f" ] &&
 			[ -s "$nvhook_f" ] && nvhook_same "$nvhook_f" "$0" "$@"; then
