@@ -162,7 +162,7 @@ def _char_links(dev: int, numbers: list[tuple[str, int, int]]) -> None:
         try:
             os.mkdir("char", 0o755, dir_fd=dev)
         except FileExistsError:
-            pass
+            log.debug("load-kmods: /dev/char exists")
         fd = os.open("char", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=dev)
     except OSError as err:
