@@ -1,8 +1,9 @@
 """GPU access that survives `systemctl daemon-reload` (issue 30), with a real systemd.
 
-Debian trixie's systemd 257 boots as PID 1 of a private machine (tests/fixtures/systemd_rig.py:
-pid, mount, cgroup, network namespaces; cgroup v2 only inside) with Docker 26 on the systemd
-cgroup driver. One long-running container per path, each given another simulated GPU:
+Debian sid's systemd 262 boots as PID 1 of a private machine (tests/fixtures/systemd_rig.py:
+pid, mount, cgroup, network namespaces; cgroup v2 only inside) with Docker 28.5, containerd
+2.1 and runc 1.3 on the systemd cgroup driver. One long-running container per path, each given
+another simulated GPU:
 
     gpus     `docker run --gpus device=N` (Docker's prestart hook: nvhook's hook)
     auto     `--runtime=nvidia` (nvhook's wrapper, mode auto: the devices in config.json)
