@@ -1,7 +1,7 @@
 """Stage 2 of the hook: from the spec and the config to a GPU request (hook-spec 1.5-1.14). Pure.
 
 `derive_request` decides exactly as NVIDIA's `nvidia-container-runtime-hook` v1.17.8 does, in the
-same order (so the same error wins), with the deviations listed in `nvhook.deviations`. It
+same order (so the same error wins), with the deviations listed in docs/hook.md. It
 returns None for a container that does not want GPUs. The only effect is logging: NVIDIA's
 "Ignoring devices ..." line (warning) and the mode line (info).
 """
@@ -20,8 +20,8 @@ from nvhook.hook.device_lists import (
     visible_devices,
 )
 from nvhook.hook.oci import Spec, field, json_kind
+from nvmount.api import DriverCapability
 from nvmount.bounds import MAX_DIGITS, long_number, shorten
-from nvmount.capabilities import DriverCapability
 from nvmount.log import get_logger
 from nvmount.records import record
 
@@ -231,7 +231,7 @@ def _capabilities_problem(requested: list[str], supported: tuple[str, ...]) -> s
     typo gets the nearest valid name (difflib, as a spell checker) and the valid values."""
     from difflib import get_close_matches
 
-    from nvmount.capabilities import KNOWN_CAPABILITIES
+    from nvmount.api import KNOWN_CAPABILITIES
 
     head = f"unsupported capabilities found in '{shorten(','.join(requested), 200)}'"
     unknown = [n for n in requested if n not in KNOWN_CAPABILITIES][:8]
@@ -283,7 +283,7 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
 def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None:
     """RequestError naming the variable when the NVIDIA_REQUIRE_* values exceed the engine's
     budgets (`nvmount.plan.requirements`): count, characters and conditions (atoms)."""
-    from nvmount.plan import requirements as R
+    from nvmount.api import requirements as R
 
     hint = "(shorten the value, or set NVIDIA_DISABLE_REQUIRE=true)"
     if len(names) > R.MAX_REQUIREMENTS:
