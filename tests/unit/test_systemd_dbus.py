@@ -340,3 +340,44 @@ def _call_absent(where: tuple[tuple[str, str, bool], ...]) -> None:
         destination="org.example.Nobody"), 5.0, where)
     assert reply.kind == wire.ERROR
     raise SystemdError(reply.error_text())
+
+
+# -- the engine's decision ----------------------------------------------------------------
+class _Handle:
+    def __init__(self, path: str | None, in_userns: bool = False) -> None:
+        from nvmount.container.cgroup import CgroupTarget
+
+        self.cgroup = None if path is None else CgroupTarget(2, path)
+        self.in_userns = in_userns
+
+
+class _Plan:
+    def __init__(self, rules: tuple[DeviceRule, ...]) -> None:
+        self.device_rules = rules
+
+
+class _Options:
+    def __init__(self, no_cgroups: bool = False) -> None:
+        self.no_cgroups = no_cgroups
+
+
+SCOPE = "/sys/fs/cgroup/system.slice/docker-ab.scope"
+
+
+@pytest.mark.parametrize(("handle", "rules", "no_cgroups", "unit"), [
+    (_Handle(SCOPE), RULES, False, "docker-ab.scope"),
+    (_Handle("/sys/fs/cgroup/devices/docker/ab"), RULES, False, None),  # cgroupfs
+    (_Handle(None), RULES, False, None),  # root cgroups only
+    (_Handle(SCOPE), (), False, None),  # no rules
+    (_Handle(SCOPE), RULES, True, None),  # no-cgroups = true
+    (_Handle(SCOPE, in_userns=True), RULES, False, None),  # rootless
+], ids=["scope", "cgroupfs", "no-cgroup", "no-rules", "no-cgroups", "userns"])
+def test_which_starts_register(handle: _Handle, rules: tuple[DeviceRule, ...],
+                               no_cgroups: bool, unit: str | None) -> None:
+    """The engine asks systemd only for a scope's container with rules it wrote itself."""
+    from nvmount.effects import Run
+
+    run = Run.__new__(Run)
+    run.handle, run.plan = handle, _Plan(rules)  # type: ignore[assignment]
+    run.options = _Options(no_cgroups)  # type: ignore[assignment]
+    assert run._systemd_unit() == unit
