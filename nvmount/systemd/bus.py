@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 PRIVATE = ("/run/systemd", "private")
 SYSTEM_BUS = ("/run/dbus", "system_bus_socket")
-MAX_READ = 1 << 20
+MAX_READ = 1 << 18
 MAX_MESSAGES = 64  # signals a bus may send before our reply (NameAcquired, ...)
 
 

@@ -27,7 +27,7 @@ F_PATH, F_INTERFACE, F_MEMBER, F_ERROR_NAME, F_REPLY_SERIAL = 1, 2, 3, 4, 5
 F_DESTINATION, F_SENDER, F_SIGNATURE = 6, 7, 8
 FIELD_TYPES = {F_PATH: "o", F_INTERFACE: "s", F_MEMBER: "s", F_ERROR_NAME: "s",
                F_REPLY_SERIAL: "u", F_DESTINATION: "s", F_SENDER: "s", F_SIGNATURE: "g"}
-MAX_MESSAGE = 1 << 20  # systemd's replies here are a few hundred bytes
+MAX_MESSAGE = 1 << 16  # systemd's replies here are a few hundred bytes
 MAX_DEPTH = 16
 _ALIGN = {"y": 1, "g": 1, "v": 1, "b": 4, "u": 4, "i": 4, "s": 4, "o": 4, "a": 4, "(": 8}
 
@@ -51,6 +51,8 @@ def _one_type(sig: str, at: int, depth: int = 0) -> int:
     if c == "a":
         return _one_type(sig, at + 1, depth + 1)
     if c == "(":
+        if sig[at + 1:at + 2] == ")":
+            raise WireError(f"signature {sig!r}: empty struct")
         at += 1
         while at < len(sig) and sig[at] != ")":
             at = _one_type(sig, at, depth + 1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,13 +38,13 @@ from nvhook.dev.demo.rootfs import RootfsFlavor, build_rootfs
 from nvhook.dev.sim import SimRoot, SimSpec, create_sim_root
 from tests.fixtures.clientrig.image import write_rootfs_tar
 from tests.fixtures.gpu_clients import nvhook
-from tests.fixtures.systemd_rig import Machine, host_ready
+from tests.fixtures.systemd_rig import Machine, host_ready, interpreter_binds
 
 pytestmark = [pytest.mark.root, pytest.mark.systemd_reload]
 
 REPO = Path(__file__).resolve().parents[2]
 PEER = Path("/opt/peer-1.20")
-PYTHON = "/usr/bin/python3.11"  # the launchers' interpreter, bound into the machine
+PYTHON = os.path.realpath(sys.executable)  # the launchers' interpreter, bound into the machine
 IMAGE = "nvhook.test/bb:1"
 # path -> (GPU index, docker run flags)
 PATHS = {"gpus": (0, ["--gpus", "device=0"]),
@@ -169,7 +170,7 @@ def rig() -> Iterator[Rig]:
     share = Path(tempfile.mkdtemp(prefix="nvsr-share-"))
     share.chmod(0o755)
     home = Path(tempfile.mkdtemp(prefix="nvsr-machine-"))
-    binds = [str(REPO), PYTHON, "/usr/lib/python3.11", str(share)]
+    binds = [str(REPO), *interpreter_binds(REPO), str(share)]
     if PEER.is_dir():
         binds.append(str(PEER))
     machine = Machine(home, tuple(binds))

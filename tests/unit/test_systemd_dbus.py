@@ -67,7 +67,7 @@ def test_set_unit_properties_reads_back() -> None:
 def test_signatures() -> None:
     assert wire.split_signature("sba(sv)") == ["s", "b", "a(sv)"]
     assert wire.split_signature("a(yv)u") == ["a(yv)", "u"]
-    for bad in ("(s", "a", "h", "x", ")", "a" * 40 + "s"):
+    for bad in ("(s", "a", "h", "x", ")", "a" * 40 + "s", "a()"):
         with pytest.raises(wire.WireError):
             wire.split_signature(bad)
 
