@@ -221,6 +221,37 @@ def test_gpu_access_survives_daemon_reload(rig: Rig) -> None:
             assert after[name] == lost, (name, after[name])
         else:
             assert after[name] == _expected(rig, PATHS[name][0]), (name, after[name])
+    _check_private_socket(rig)
     if rig.peer:
         pytest.skip(f"nvhook's paths passed; the reference did not run: {rig.peer}")
+
+
+PRIVATE_CALL = """
+import sys
+sys.path.insert(0, {repo!r})
+from nvmount.errors import SystemdError
+from nvmount.plan.types import DeviceRule
+from nvmount.systemd.register import register
+where = (("/run/systemd", "private", False),)
+print(register({unit!r}, (DeviceRule(195, 7, "rw"),), 5.0, where))
+try:
+    register("docker-0000.scope", (DeviceRule(195, 7, "rw"),), 5.0, where)
+except SystemdError as err:
+    print(err)
+"""
+
+
+def _check_private_socket(rig: Rig) -> None:
+    """The hook's call over systemd's private socket (the system bus is the first choice where
+    a bus daemon runs, as here): systemd takes the entry, and a unit it does not know is one
+    line naming it."""
+    cid = rig.machine.sh("docker inspect -f '{{.Id}}' c-auto").stdout.strip()
+    unit = f"docker-{cid}.scope"
+    code = PRIVATE_CALL.format(repo=str(REPO), unit=unit)
+    out = rig.machine.sh(f"{PYTHON} -IS -c {shlex.quote(code)}").stdout.splitlines()
+    assert out[0] == f"systemd unit {unit}: DeviceAllow= 1 devices", out
+    assert out[1].startswith("register 1 devices with systemd unit docker-0000.scope: "
+                             "org.freedesktop.systemd1.NoSuchUnit: "), out
+    allow = rig.machine.sh(f"systemctl show -p DeviceAllow {unit}").stdout
+    assert "/dev/char/195:7 rw" in allow, allow
 
