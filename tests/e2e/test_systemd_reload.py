@@ -9,6 +9,9 @@ another simulated GPU:
     auto     `--runtime=nvidia` (nvhook's wrapper, mode auto: the devices in config.json)
     legacy   `--runtime=nvidia-legacy` (the wrapper, runtime-mode = "legacy": nvhook's hook)
     cdi      `--device nvidia.com/gpu=N` (Docker's CDI; the spec from `nvhook cdi generate`)
+    ctr      containerd's `ctr run --gpus N --runc-systemd-cgroup` (its prestart hook runs
+             nvhook's nvidia-container-cli drop-in; `--cpu-shares 0`: this VM's cpu controller
+             is on v1, so the machine's cgroup2 has no cpu.weight)
     nvidia   `--runtime=nvidia-ref`: NVIDIA 1.20.0's runtime in legacy mode, its hook and
              nvidia-container-cli 1.17.0 (/opt/peer-1.20, ../shared/tools/peer/build.sh), the
              reference for the problem; skipped with the reason when it is not built.
@@ -36,7 +39,7 @@ import pytest
 
 from nvhook.dev.demo.rootfs import RootfsFlavor, build_rootfs
 from nvhook.dev.sim import SimRoot, SimSpec, create_sim_root
-from tests.fixtures.clientrig.image import write_rootfs_tar
+from tests.fixtures.clientrig.image import write_docker_archive, write_rootfs_tar
 from tests.fixtures.gpu_clients import nvhook
 from tests.fixtures.systemd_rig import Machine, host_ready, interpreter_binds
 
@@ -51,8 +54,14 @@ PATHS = {"gpus": (0, ["--gpus", "device=0"]),
          "auto": (1, ["--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=1"]),
          "legacy": (2, ["--runtime=nvidia-legacy", "-e", "NVIDIA_VISIBLE_DEVICES=2"]),
          "cdi": (3, ["--device", "nvidia.com/gpu=3"]),
-         "nvidia": (4, ["--runtime=nvidia-ref", "-e", "NVIDIA_VISIBLE_DEVICES=4"])}
-HOOK_PATHS = ("gpus", "legacy")  # where nvhook's hook writes the rules (and registers them)
+         "nvidia": (4, ["--runtime=nvidia-ref", "-e", "NVIDIA_VISIBLE_DEVICES=4"]),
+         "ctr": (5, [])}
+# where nvhook's hook writes the rules (and registers them), and the container's scope
+HOOK_PATHS = {"gpus": "docker-{id}.scope", "legacy": "docker-{id}.scope",
+              "ctr": "ctr-c-ctr.scope"}
+CTR = "ctr -n default"
+CTR_RUN = (f"{CTR} run -d --cpu-shares 0 --runc-systemd-cgroup --cgroup system.slice:ctr:c-ctr "
+           f"--gpus 5 docker.io/{IMAGE} c-ctr sleep 100000")
 
 
 def probe_script(minors: list[int]) -> str:
@@ -71,6 +80,7 @@ class Rig:
     sim: SimRoot
     share: Path
     peer: str  # "" when NVIDIA's stack is built, else why it is skipped
+    execs: int = 0
 
 
 HYBRID = ("this VM keeps its v1 controllers (devices included) in the host's hierarchies, so "
@@ -160,7 +170,9 @@ def _prepare(share: Path, machine: Machine) -> tuple[SimRoot, str]:
     proc = nvhook("--config", str(share / "auto.toml"), "cdi", "generate", "--hook-path",
                   f"{auto}/nvhook-hook", "--output", str(cdi / "nvidia.json"))
     assert proc.returncode == 0, proc.stderr
-    write_rootfs_tar(build_rootfs(share / "rootfs", RootfsFlavor.GLIBC), share / "image.tar")
+    rootfs = build_rootfs(share / "rootfs", RootfsFlavor.GLIBC)
+    write_rootfs_tar(rootfs, share / "image.tar")
+    write_docker_archive(rootfs, share / "archive.tar", f"docker.io/{IMAGE}")
     return sim, peer
 
 
@@ -177,7 +189,8 @@ def rig() -> Iterator[Rig]:
     try:
         sim, peer = _prepare(share, machine)
         machine.boot()
-        machine.sh(f"docker import {share}/image.tar {IMAGE} >/dev/null")
+        machine.sh(f"docker import {share}/image.tar {IMAGE} >/dev/null && "
+                   f"{CTR} images import {share}/archive.tar >/dev/null")
         yield Rig(machine, sim, share, peer)
     finally:
         machine.stop()
@@ -187,7 +200,11 @@ def rig() -> Iterator[Rig]:
 
 def _probe(rig: Rig, name: str) -> dict[int, str]:
     minors = [g.minor for g in rig.sim.gpus] + [255]
-    out = rig.machine.sh(f"docker exec c-{name} sh -c {shlex.quote(probe_script(minors))}").stdout
+    script = shlex.quote(probe_script(minors))
+    rig.execs += 1
+    exec_in = (f"{CTR} task exec --exec-id probe{rig.execs} c-ctr" if name == "ctr"
+               else f"docker exec c-{name}")
+    out = rig.machine.sh(f"{exec_in} sh -c {script}").stdout
     return {int(m): what for m, _, what in (line.partition(" ") for line in out.splitlines())}
 
 
@@ -200,16 +217,18 @@ def _expected(rig: Rig, index: int) -> dict[int, str]:
 def test_gpu_access_survives_daemon_reload(rig: Rig) -> None:
     paths = [p for p in PATHS if p != "nvidia" or not rig.peer]
     for name in paths:
-        proc = rig.machine.sh(f"docker run -d --name c-{name} --network none "
-                              f"{' '.join(PATHS[name][1])} {IMAGE} sleep 100000", check=False)
+        run = CTR_RUN if name == "ctr" else (f"docker run -d --name c-{name} --network none "
+                                             f"{' '.join(PATHS[name][1])} {IMAGE} sleep 100000")
+        proc = rig.machine.sh(f"PATH={rig.share}/legacy:$PATH {run}", check=False)
         logs = rig.machine.sh("tail -n 40 /run/nvref-*.log", check=False).stdout
         assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}\n{logs}"
     before = {name: _probe(rig, name) for name in paths}
     for name in paths:
         assert before[name] == _expected(rig, PATHS[name][0]), (name, before[name])
-    for name in HOOK_PATHS:  # nvhook's hook told systemd
-        cid = rig.machine.sh(f"docker inspect -f '{{{{.Id}}}}' c-{name}").stdout.strip()
-        allow = rig.machine.sh(f"systemctl show -p DeviceAllow docker-{cid}.scope").stdout
+    for name, scope in HOOK_PATHS.items():  # nvhook's hook told systemd
+        cid = "" if name == "ctr" else rig.machine.sh(
+            f"docker inspect -f '{{{{.Id}}}}' c-{name}").stdout.strip()
+        allow = rig.machine.sh(f"systemctl show -p DeviceAllow {scope.format(id=cid)}").stdout
         own = next(g.minor for g in rig.sim.gpus if g.index == PATHS[name][0])
         assert f"/dev/char/195:{own} rw" in allow, (name, allow)
     rig.machine.sh("systemctl daemon-reload && systemctl daemon-reload")
