@@ -29,6 +29,9 @@ PRIVATE = ("/run/systemd", "private")
 SYSTEM_BUS = ("/run/dbus", "system_bus_socket")
 MAX_READ = 1 << 18
 MAX_MESSAGES = 64  # signals a bus may send before our reply (NameAcquired, ...)
+BUS_ERRORS = ("org.freedesktop.DBus.Error.ServiceUnknown",
+              "org.freedesktop.DBus.Error.NameHasNoOwner",
+              "org.freedesktop.DBus.Error.AccessDenied")  # the daemon's, not systemd's
 
 
 def sockets(euid: int) -> tuple[tuple[str, str, bool], ...]:
@@ -44,7 +47,9 @@ def sockets(euid: int) -> tuple[tuple[str, str, bool], ...]:
 def call(build: Callable[[int], bytes], timeout: float,
          where: tuple[tuple[str, str, bool], ...] | None = None) -> wire.Message:
     """Send the message `build(serial)` and return the reply (METHOD_RETURN or ERROR).
-    SystemdError (one line) when no socket answers in time."""
+    A socket that cannot be reached, fails the exchange, or whose bus daemon refuses the call
+    (an org.freedesktop.DBus.Error from a bus: systemd not on it, a policy) passes the call to
+    the next one, within the one deadline; SystemdError (one line) when none answered."""
     deadline = time.monotonic() + timeout
     failures = []
     for directory, name, needs_hello in where or sockets(os.geteuid()):
@@ -55,12 +60,18 @@ def call(build: Callable[[int], bytes], timeout: float,
             failures.append(f"{path}: {_why(err)}")
             continue
         try:
-            return _exchange(sock, build, needs_hello, deadline)
+            reply = _exchange(sock, build, needs_hello, deadline)
         except (OSError, wire.WireError) as err:
-            raise SystemdError(f"call systemd through {path}: {_why(err)}") from err
+            failures.append(f"{path}: {_why(err)}")
+            continue
         finally:
             sock.close()
-    raise SystemdError("connect to systemd: " + "; ".join(failures))
+        if needs_hello and reply.kind == wire.ERROR and str(
+                reply.fields.get(wire.F_ERROR_NAME, "")).startswith(BUS_ERRORS):
+            failures.append(f"{path}: {reply.error_text()}")
+            continue
+        return reply
+    raise SystemdError("call systemd: " + "; ".join(failures))
 
 
 def _why(err: BaseException) -> str:

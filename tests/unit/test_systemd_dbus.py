@@ -213,6 +213,20 @@ def test_an_error_reply_is_one_line(fake: Callable[..., FakeSystemd]) -> None:
         register.register("docker-ab.scope", RULES, 2.0, server.where)
 
 
+def test_a_bus_without_systemd_passes_the_call_on(fake: Callable[..., FakeSystemd]) -> None:
+    """A bus daemon that answers ServiceUnknown (systemd not on it) is not the end: the call
+    goes to the next socket (systemd's private one) within the same deadline."""
+    bus = fake(lambda m: _error(9, m.serial, "org.freedesktop.DBus.Error.ServiceUnknown",
+                                "The name is not activatable"))
+    private = fake(_return)
+    where = ((str(bus.path.parent), bus.path.name, True), *private.where)
+    assert register.register("docker-ab.scope", RULES, 2.0, where).endswith("3 devices")
+    assert [m.fields[wire.F_MEMBER] for m in bus.calls] == ["Hello", "SetUnitProperties"]
+    assert len(private.calls) == 1
+    with pytest.raises(SystemdError, match=r"ServiceUnknown: The name is not activatable$"):
+        register.register("docker-ab.scope", RULES, 2.0, where[:1])
+
+
 def test_a_silent_systemd_costs_the_timeout_only(fake: Callable[..., FakeSystemd]) -> None:
     server = fake(lambda m: None)
     start = time.monotonic()
@@ -235,7 +249,7 @@ def test_a_broken_server_is_one_error(fake: Callable[..., FakeSystemd],
 
 
 def test_no_socket_and_untrusted_sockets_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(SystemdError, match=r"connect to systemd: .*/private: no such file"):
+    with pytest.raises(SystemdError, match=r"call systemd: .*/private: no such file"):
         register.register("docker-ab.scope", RULES, 0.5, ((str(tmp_path), "private", False),))
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o777)
