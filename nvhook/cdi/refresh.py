@@ -11,6 +11,13 @@ upgrade, a module load or unload, a GPU bound or unbound, and every minute for M
 4. Any other file at PATH (another tool's spec, or one that does not read): left alone, a
    one-line error.
 
+Specs that heal (`nvhook.cdi.heal`): before generating, the modules are loaded and the missing
+control and GPU nodes created (NVIDIA's refresh service, toolkit #1979); a spec is written
+only when it is whole (every GPU the driver lists, every node and file it names present),
+else the refresh waits and then refuses in one line, keeping the spec it had; a spec that is
+no longer whole (written at boot before the driver was ready) is regenerated even when the
+driver's state did not change. The spec's directory is locked for the whole refresh.
+
 Effects: discovery, reads and writes PATH.
 """
 
@@ -64,26 +71,50 @@ def unchanged(spec: dict[str, Any], proc_root: str) -> bool:
 def refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
             render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
     """Bring the spec at `output` up to date; what was done, for the log."""
-    from nvhook.cdi.check import author, differences, read_spec, recorded_config, regenerate
-    from nvhook.cdi.generate import write_atomically
+    from nvhook.cdi.heal import locked
+
+    with locked(output):
+        return _refresh(output, config, generate, render, wait=wait)
+
+
+def whole(make: Callable[[], dict[str, Any]], config: HookConfig,
+          output: str) -> Callable[[], dict[str, Any]]:
+    """`make` after the host's nodes are made, its spec checked whole (`nvhook.cdi.heal`)."""
+    from nvhook.cdi.heal import checked, prepare_host
 
     proc_root = config.nvhook.proc_root or "/proc"
+
+    def run() -> dict[str, Any]:
+        prepare_host(config.cli.root or "/", proc_root)
+        return checked(make(), proc_root, output)
+
+    return run
+
+
+def _refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
+             render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
+    from nvhook.cdi.check import author, differences, read_spec, recorded_config, regenerate
+    from nvhook.cdi.generate import write_atomically
+    from nvhook.cdi.heal import incomplete, prepare_host
+
+    proc_root = config.nvhook.proc_root or "/proc"
+    prepare_host(config.cli.root or "/", proc_root)  # the modules first: the wait needs them
     if not os.path.lexists(output):
-        spec = when_ready(lambda: generate(config), proc_root, wait)
+        spec = when_ready(whole(lambda: generate(config), config, output), proc_root, wait)
         write_atomically(output, render(spec))
         return f"{output}: written ({len(spec['devices'])} devices)"
     old = read_spec(output)
     if author(old) != "nvhook":
         raise CdiError(f"cdi refresh: {output} was written by {author(old)}, not nvhook: left "
                        "as it is (regenerate it with that tool, or use another --output)")
-    if unchanged(old, proc_root):
+    if unchanged(old, proc_root) and not incomplete(old, proc_root):
         return f"{output}: current (driver state unchanged)"
     recorded = recorded_config(old)
     if recorded and recorded != config.path:
         from nvhook.config.load import load_config
 
         config = load_config(recorded, {})
-    new = when_ready(lambda: regenerate(old, config), proc_root, wait)
+    new = when_ready(whole(lambda: regenerate(old, config), config, output), proc_root, wait)
     why = differences(old, new)
     if not why:
         return f"{output}: current"
