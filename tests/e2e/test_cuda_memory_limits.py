@@ -94,3 +94,30 @@ def test_bad_values_fail_the_container_in_one_line(
     result = _run(rig, hook_launcher, alloc_program, env, 1, check=False)
     assert result.returncode != 0 and message in result.stderr, result.describe()
     assert "Traceback" not in result.stderr
+
+
+def test_the_legacy_hook_behind_the_setting(rig: tuple[SimRoot, ContainerFactory],
+                                            hook_launcher: Path, alloc_program: Path,
+                                            tmp_path: Path) -> None:
+    """`[nvhook] cuda-memory-limits = true`: nvhook's own prestart hook sets the limits for the
+    container's GPUs (off by default: the hook's path loads nothing for it)."""
+    from nvhook.dev.demo.driver import nvhook_hook_entry, sim_prestart_entry
+
+    sim, gpu = rig
+    config = tmp_path / "config.toml"
+    text = Path(sim.config_path).read_text()
+    assert "[nvhook]\n" in text
+    config.write_text(text.replace("[nvhook]\n", "[nvhook]\ncuda-memory-limits = true\n", 1))
+    legacy = ContainerFactory(tmp_path / "legacy", gpu.rootfs, gpu.runc,
+                              (sim_prestart_entry(config, hook_launcher),
+                               nvhook_hook_entry(hook_launcher, config)), tag="gpu")
+
+    def prepare(rootfs: Path) -> None:
+        (rootfs / "cuda_alloc").write_bytes(alloc_program.read_bytes())
+        (rootfs / "cuda_alloc").chmod(0o755)
+
+    env = ("NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_GPU_MEMORY_REQUESTS=100",
+           "NVIDIA_GPU_MEMORY_LIMIT=300")
+    result = legacy.sh("/cuda_alloc 200 200", env=env, prepare=prepare)
+    assert result.stdout.splitlines() == ["total 300", "alloc 200 ok", "alloc 200 error 2"], (
+        result.describe())
