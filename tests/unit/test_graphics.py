@@ -111,3 +111,23 @@ def test_dri_nodes_need_sysfs_and_major_226(tmp_path: Path) -> None:
     nodes = dri_nodes(DriverRoot(str(tmp_path)), str(tmp_path / "sys"), "00000000:47:00.0")
     assert [(n.container_path, n.major, n.minor) for n in nodes] == [("/dev/dri/card3", 226, 3)]
     assert dri_nodes(DriverRoot(str(tmp_path)), str(tmp_path / "nosys"), "00000000:47:00.0") == ()
+
+
+def test_x11_egl_platforms_and_nvidia_xconfig(sim_root_factory: SimRootFactory) -> None:
+    """NVIDIA's #1980 (after 1.20.0): the EGL xcb/xlib platform libraries and nvidia-xconfig
+    for graphics, none of them for compute."""
+    sim = sim_root_factory(SimSpec(gpus=1), private=True)
+    root = Path(sim.path)
+    libs = root / "usr/lib/x86_64-linux-gnu"
+    for name in ("libnvidia-egl-xcb.so.1.0.1", "libnvidia-egl-xlib.so.1.0.1"):
+        (libs / name).write_bytes(b"\x7fELF")
+    xconfig = root / "usr/bin/nvidia-xconfig"
+    xconfig.write_bytes(b"#!/bin/sh\n")
+    xconfig.chmod(0o755)
+    ours = _paths(_plan(sim, ("0",), Cap.GRAPHICS | Cap.UTILITY))
+    assert {("mount", "/usr/bin/nvidia-xconfig"),
+            ("mount", "/usr/lib/x86_64-linux-gnu/libnvidia-egl-xcb.so.1.0.1"),
+            ("mount", "/usr/lib/x86_64-linux-gnu/libnvidia-egl-xlib.so.1.0.1"),
+            ("link", "/usr/lib/x86_64-linux-gnu/libnvidia-egl-xcb.so.1")} <= ours
+    compute = _paths(_plan(sim, ("0",), Cap.COMPUTE | Cap.UTILITY))
+    assert not any("nvidia-xconfig" in p or "egl-x" in p for _, p in compute)
