@@ -31,7 +31,7 @@ _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 # A TOML reader for the files outside the subset nvhook reads itself (nvhook.config.toml_read):
 # tomllib from 3.11; below, python3-tomli where the release has it (Ubuntu 22.04), else
 # python3-toml (Debian 11: no release with a 3.9 interpreter ships python3-tomli).
-DEPENDS = ("python3 (>= 3.9), python3-prctl, python3-psutil, "
+DEPENDS = ("python3 (>= 3.9), python3-prctl, "
            "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml")
 
 
