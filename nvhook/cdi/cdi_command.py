@@ -179,11 +179,11 @@ def check_one(path: str, config: HookConfig, *, refresh: bool, hook_path: str | 
         author,
         differences,
         read_spec,
-        recorded_config,
         regenerate,
         vanished,
     )
     from nvhook.cdi.heal import missing_gpus, only_all, only_all_note
+    from nvhook.cdi.recorded import policy
 
     old = read_spec(path)
     who = author(old)
@@ -192,11 +192,7 @@ def check_one(path: str, config: HookConfig, *, refresh: bool, hook_path: str | 
                         proc_root=config.nvhook.proc_root or "/proc")
     if only_all(old):
         return f"{path}: {only_all_note(old)} (regenerate it without --device-id)", False
-    recorded = recorded_config(old)
-    if recorded and not explicit and recorded != config.path:
-        from nvhook.config.load import load_config
-
-        config = load_config(recorded, {})
+    config = policy(old, config, path, explicit=explicit, hook_path=hook_path)
     new = regenerate(old, config, hook_path=hook_path or None)
     proc_root = config.nvhook.proc_root or "/proc"
     why = differences(old, new) or missing_gpus(old, proc_root)
