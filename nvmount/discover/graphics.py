@@ -7,11 +7,12 @@ display capabilities, read from the driver root (first match wins, as its locato
         glvnd/egl_vendor.d/10_nvidia.json, egl/egl_external_platform.d/15_nvidia_gbm.json,
         egl/egl_external_platform.d/10_nvidia_wayland.json, nvidia/nvoptix.bin,
         X11/xorg.conf.d/10-nvidia.conf, X11/xorg.conf.d/nvidia-drm-outputclass.conf
-                                                 -> at the same path in the container
+                                                 -> at the same path in the container, but
+                                                    /usr/local/share -> /usr/share (#1980)
     vulkan/icd.d/nvidia_icd.json, vulkan/icd.d/nvidia_layers.json,
     vulkan/implicit_layer.d/nvidia_layers.json (config dirs, then the driver root itself, as
     on GKE)                                      -> always under /etc in the container
-    OpenCL/vendors/nvidia.icd (/etc)             -> /etc/OpenCL/vendors/nvidia.icd (compute)
+    OpenCL/vendors/nvidia.icd (config dirs)      -> /etc/OpenCL/vendors/nvidia.icd (compute)
     Xorg modules nvidia_drv.so, libglxserver_nvidia.so.<version> (or Debian's unversioned
     name) in nvidia/xorg and xorg/modules/{,updates/}{drivers,extensions} of the driver's
     library directories, then of the standard ones (/usr/lib/<triplet>, /usr/lib64, /usr/lib)
@@ -90,13 +91,14 @@ def find_graphics(root: DriverRoot, lib_dirs: tuple[str, ...], nvrm: str,
     for rel in CONFIGS:
         found = _first(root, [f"{d}/{rel}" for d in CONFIG_DIRS])
         if found:
-            out.append(_file(root, found, found, GRAPHICS))
+            out.append(_file(root, found, _standard(found), GRAPHICS))
     for rel in VULKAN:
         found = _first(root, [f"{d}/{rel}" for d in (*CONFIG_DIRS, "")])
         if found:
             out.append(_file(root, found, f"/etc/{rel}", GRAPHICS))
-    if _exists(root, OPENCL):
-        out.append(_file(root, OPENCL, OPENCL, Cap.COMPUTE))
+    opencl = _first(root, [f"{d}/{OPENCL[len('/etc/'):]}" for d in CONFIG_DIRS])
+    if opencl:
+        out.append(_file(root, opencl, OPENCL, Cap.COMPUTE))
     dirs = _lib_dirs(lib_dirs, triplet)
     out += _xorg_modules(root, dirs, nvrm, warnings)
     for pattern in EXTRA_LIBS:
@@ -115,6 +117,13 @@ def find_graphics(root: DriverRoot, lib_dirs: tuple[str, ...], nvrm: str,
                               f"{posixpath.dirname(vdpau)}/vdpau/{posixpath.basename(vdpau)}",
                               Cap.VIDEO, "libvdpau_nvidia.so.1"))
     return tuple(out)
+
+
+def _standard(path: str) -> str:
+    """The container path of a config file: where the loaders look (/etc and /usr/share stay;
+    /usr/local/share, which no loader searches by default, becomes /usr/share: NVIDIA's #1980)."""
+    local = "/usr/local/share/"
+    return "/usr/share/" + path[len(local):] if path.startswith(local) else path
 
 
 def _lib_dirs(lib_dirs: tuple[str, ...], triplet: str) -> list[str]:
