@@ -73,3 +73,40 @@ def test_mig_management_devices_need_cap_sys_admin(sim_mig_root: SimRoot,
                                                    tmp_path: Path) -> None:
     with pytest.raises(NvhookError, match="NVIDIA_MIG_CONFIG_DEVICES"):
         _deliver(sim_mig_root, rootfs_cache, tmp_path, ["CAP_MKNOD"])
+
+
+def test_spec_delivery_keeps_the_hook_for_memory_limits(sim_root: SimRoot,
+                                                        rootfs_cache: RootfsCache,
+                                                        tmp_path: Path) -> None:
+    """#1995 behind `[nvhook] cuda-memory-limits`: in the wrapper's spec delivery the limits are
+    what brings nvhook's prestart hook back (NVML sets them on the started container's
+    cgroup); without the setting, or without both variables, nothing is left for it."""
+    from nvhook.config.load import load_config
+    from nvhook.hook.oci import parse_spec
+    from nvhook.hook.request import derive_request
+
+    def left(setting: bool, env: list[str]) -> tuple[str, ...] | None:
+        bundle_dir = tmp_path / f"b{setting}{len(env)}"
+        shutil.copytree(rootfs_cache.get(), bundle_dir / "rootfs", symlinks=True)
+        doc: dict[str, Any] = {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+                               "process": {"env": ["NVIDIA_VISIBLE_DEVICES=1", *env]},
+                               "mounts": [{"destination": "/proc", "type": "proc",
+                                           "source": "proc"}]}
+        (bundle_dir / "config.json").write_text(json.dumps(doc))
+        text = Path(sim_root.config_path).read_text().replace("sim-procfs = true",
+                                                              "sim-procfs = false")
+        if setting:
+            text = text.replace("[nvhook]\n", "[nvhook]\ncuda-memory-limits = true\n", 1)
+        config_path = tmp_path / "c.toml"
+        config_path.write_text(text + f'cache-dir = "{tmp_path}/cache"\n')
+        config = load_config(str(config_path), {})
+        with open_bundle(str(bundle_dir)) as bundle:
+            request = derive_request(parse_spec(bundle.path, bundle.data), config)
+            assert request is not None
+            return deliver_spec(doc, request, bundle, str(bundle_dir / "rootfs"), config,
+                                RuntimeLog(), PhaseTimer())
+
+    both = ["NVIDIA_GPU_MEMORY_REQUEST=1", "NVIDIA_GPU_MEMORY_LIMITS=2"]
+    assert "the CUDA memory limits" in (left(True, both) or ())
+    assert "the CUDA memory limits" not in (left(False, both) or ())
+    assert "the CUDA memory limits" not in (left(True, both[:1]) or ())
