@@ -140,8 +140,12 @@ def locked(output: str) -> Iterator[None]:
     import fcntl
 
     directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise CdiError(f"cdi refresh: lock {directory}: {err.strerror} (the spec's directory "
+                       "must be a directory root can write)") from err
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

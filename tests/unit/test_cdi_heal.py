@@ -216,3 +216,12 @@ def test_check_covers_dra_claim_specs(sim_root_factory: SimRootFactory, tmp_path
                                                                           "another tool")
     assert lines[f"{dirs}/k8s.gpu.nvidia.com-claim_gone.yaml"].startswith(
         "does not match this host: device k8s.gpu.nvidia.com/claim=gone-gpu-1: ")
+
+
+def test_refresh_into_a_file_where_the_directory_should_be(sim_root_factory: SimRootFactory,
+                                                           tmp_path: Path) -> None:
+    sim = sim_root_factory(SIM2)
+    (tmp_path / "cdi").write_text("a file")
+    proc = refresh(sim, tmp_path / "cdi/nvidia.yaml")
+    assert proc.returncode == 1 and proc.stderr.startswith(f"cdi refresh: lock {tmp_path}/cdi: ")
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
