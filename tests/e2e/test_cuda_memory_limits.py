@@ -121,3 +121,42 @@ def test_the_legacy_hook_behind_the_setting(rig: tuple[SimRoot, ContainerFactory
     result = legacy.sh("/cuda_alloc 200 200", env=env, prepare=prepare)
     assert result.stdout.splitlines() == ["total 300", "alloc 200 ok", "alloc 200 error 2"], (
         result.describe())
+
+
+def test_nvhooks_cdi_spec_behind_the_setting(rig: tuple[SimRoot, ContainerFactory],
+                                             hook_launcher: Path, alloc_program: Path,
+                                             tmp_path: Path) -> None:
+    """`[nvhook] cuda-memory-limits = true` when the spec is generated: the spec's one hook
+    (`cdi hook apply --memory-limits`, the GPUs' UUIDs in its arguments) sets the limits of
+    the GPU the container was granted; `all` grants every GPU."""
+    from nvhook.cdi.generate import GenerateOptions, generate_spec
+    from nvhook.cdi.resolve import apply_edits
+    from nvhook.config.load import load_config
+    from nvhook.dev.demo.driver import sim_prestart_entry
+
+    sim, gpu = rig
+    config = tmp_path / "config.toml"
+    config.write_text(Path(sim.config_path).read_text().replace(
+        "[nvhook]\n", "[nvhook]\ncuda-memory-limits = true\n", 1))
+    spec = generate_spec(load_config(str(config), {}),
+                         GenerateOptions(hook_path=str(hook_launcher)))
+    (hook,) = spec["containerEdits"]["hooks"]
+    assert "--memory-limits" in hook["args"]
+    assert f"--device-uuid=1={sim.gpus[1].uuid}" in hook["args"]
+    devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    cdi = ContainerFactory(tmp_path / "cdi", gpu.rootfs, gpu.runc,
+                           (sim_prestart_entry(config, hook_launcher),), tag="gpu")
+
+    def prepare(rootfs: Path) -> None:
+        (rootfs / "cuda_alloc").write_bytes(alloc_program.read_bytes())
+        (rootfs / "cuda_alloc").chmod(0o755)
+
+    for name, total in (("1", 256), ("all", 256)):
+        def edit(doc: dict[str, Any], name: str = name) -> None:
+            apply_edits(doc, spec["containerEdits"], "spec")
+            apply_edits(doc, devices[name], name)
+
+        result = cdi.sh("/cuda_alloc 200 100", prepare=prepare, edit_spec=edit,
+                        env=("NVIDIA_GPU_MEMORY_REQUEST=10", "NVIDIA_GPU_MEMORY_LIMIT=256"))
+        assert result.stdout.splitlines() == [
+            f"total {total}", "alloc 200 ok", "alloc 100 error 2"], (name, result.describe())
