@@ -58,10 +58,14 @@ def _spec_findings(path: str, config: HookConfig, engines: dict[str, tuple[str, 
 
 def _fresh(path: str, spec: dict[str, Any], config: HookConfig) -> Finding:
     from nvhook.cdi.check import differences, regenerate
+    from nvhook.cdi.heal import missing_gpus, only_all, only_all_note
     from nvhook.cdi.recorded import policy
 
+    if only_all(spec):
+        return ("warn", f"{path} {only_all_note(spec)}", f"nvhook cdi generate --output {path}")
     config = policy(spec, config, path, explicit=False, hook_path=None)
-    why = differences(spec, regenerate(spec, config))
+    why = differences(spec, regenerate(spec, config)) or missing_gpus(
+        spec, config.nvhook.proc_root or "/proc")
     if why:
         return ("warn", f"{path} is stale: {'; '.join(why)}", "nvhook cdi check --refresh")
     return ("ok", f"{path}: current", "")

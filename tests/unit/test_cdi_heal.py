@@ -225,3 +225,31 @@ def test_refresh_into_a_file_where_the_directory_should_be(sim_root_factory: Sim
     proc = refresh(sim, tmp_path / "cdi/nvidia.yaml")
     assert proc.returncode == 1 and proc.stderr.startswith(f"cdi refresh: lock {tmp_path}/cdi: ")
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_doctor_names_an_all_only_spec(sim_root_factory: SimRootFactory, tmp_path: Path) -> None:
+    """doctor follows cdi check: another tool's spec offering only `all` is a warning, and so
+    is nvhook's own."""
+    from nvhook.admin.doctor import host
+    from nvhook.cdi.generate import GenerateOptions, generate_spec, render
+    from nvhook.config.model import config_from_document
+
+    sim = sim_root_factory(SIM2)
+    specs = tmp_path / "cdi"
+    spec = nvidia_spec(NVIDIA[-1], sim, specs)
+    doc = yaml.safe_load(spec.read_text())
+    doc["devices"] = [d for d in doc["devices"] if d["name"] == "all"]
+    spec.write_text(yaml.safe_dump(doc))
+    document = {"nvidia-container-cli": {"root": sim.path},
+                "nvhook": {"proc-root": sim.proc_root, "sim-procfs": True},
+                "nvidia-container-runtime": {"modes": {"cdi": {"spec-dirs": [str(specs)]}}}}
+    config = config_from_document(document, None)
+    ours = generate_spec(config, GenerateOptions(hook_path="/usr/bin/true"))
+    ours["devices"] = [d for d in ours["devices"] if d["name"] == "all"]
+    (specs / "z-nvhook.yaml").write_text(render(ours, "yaml"))
+    found = [(f.level, f.message) for f in host.check_cdi(config, str(tmp_path / "nobin"))]
+    assert ("warn", f"{spec} (nvidia-ctk's) does not match this host: offers only "
+            "nvidia.com/gpu=all: a request for one GPU (the device plugin's "
+            "nvidia.com/gpu=GPU-<uuid>) does not resolve") in found, found
+    assert any(level == "warn" and m.startswith(f"{specs}/z-nvhook.yaml offers only")
+               for level, m in found), found
