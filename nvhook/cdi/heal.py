@@ -113,7 +113,7 @@ def only_all_note(spec: dict[str, Any]) -> str:
 def prepare_host(root: str, proc_root: str) -> list[str]:
     """Load the modules (real host only) and create the missing control and GPU nodes; the
     nodes created."""
-    from nvmount.apply import host_nodes
+    from nvmount.api import host_nodes
 
     host_nodes.load_modules(root, proc_root)
     made = host_nodes.ensure_nodes(root, proc_root)

@@ -67,7 +67,7 @@ def engine_path(paths: HostPaths, running: dict[str, int],
 def cgroup_mode(mountinfo: str) -> str:
     """"v2", "hybrid" (v1 devices controller and a cgroup2 mount), "v1", or "unknown" when
     no cgroup file system is mounted (a chroot without /sys). Pure."""
-    from nvmount.cgroup.find import parse_mountinfo
+    from nvmount.api import parse_mountinfo
 
     entries = parse_mountinfo(mountinfo)
     devices_v1 = any(m.fstype == "cgroup" and "devices" in m.super_options for m in entries)

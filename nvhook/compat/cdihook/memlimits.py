@@ -124,7 +124,7 @@ def set_in_child(driver_root: str, uuids: tuple[str, ...], cgroup: str, soft: in
                  hard: int) -> None:
     """nvmlDeviceSetMemoryLimits_v1 for each GPU, in a forked child (NVML's threads stay out
     of the hook); the child's one-line error raised here."""
-    from nvmount.discover.driver import nvml_path
+    from nvmount.api import nvml_path
 
     path = nvml_path(driver_root or "/")
     rfd, wfd = os.pipe()
@@ -148,7 +148,7 @@ def _child(path: str, uuids: tuple[str, ...], cgroup: str, soft: int, hard: int,
     signal.alarm(int(NVML_TIMEOUT))
     message = ""
     try:
-        from nvmount.discover._nvml import open_nvml
+        from nvmount.api import open_nvml
 
         with open_nvml(path) as nvml:
             for uuid in uuids:
