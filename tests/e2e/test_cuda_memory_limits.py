@@ -17,6 +17,7 @@ import pytest
 from nvhook.dev.demo.bundle import HookEntry
 from nvhook.dev.sim import SimRoot, SimSpec
 from tests.fixtures.containers import CGROUP2_RUNC, ContainerFactory, RootfsCache, rig_for
+from tests.fixtures.required import missing
 from tests.fixtures.sim import SimRootFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
@@ -30,7 +31,8 @@ def alloc_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run(["gcc", "-O1", "-Wall", str(SOURCE), "-o", str(out), "-ldl"],
                           capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0:
-        pytest.skip(f"gcc cannot build {SOURCE.name}: {proc.stderr.strip()[:200]}")
+        missing(f"gcc cannot build {SOURCE.name}: {proc.stderr.strip()[:200]} (apt-get install "
+                "gcc libc6-dev)")
     return out
 
 
@@ -38,7 +40,7 @@ def alloc_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def rig(sim_root_factory: SimRootFactory, tmp_path_factory: pytest.TempPathFactory,
         rootfs_cache: RootfsCache, hook_launcher: Path) -> tuple[SimRoot, ContainerFactory]:
     if not Path("/sys/fs/cgroup").is_dir():
-        pytest.skip("no /sys/fs/cgroup")
+        missing("no /sys/fs/cgroup to mount cgroup2 on")
     sim = sim_root_factory(SimSpec(gpus=2), private=True)  # the hook writes its proc dirs
     gpu = rig_for(sim, tmp_path_factory, rootfs_cache, CGROUP2_RUNC, hook_launcher,
                   "memlimits").containers
