@@ -121,7 +121,12 @@ def _generate(args: argparse.Namespace, config: HookConfig) -> int:
     spec = generate_spec(config, options_of(args))
     text = render(spec, format_of(args.output, args.format))
     if args.output:
+        from nvhook.cdi.recorded import generate_warning
+
         write_atomically(args.output, text)
+        warning = generate_warning(config.path)
+        if warning:
+            sys.stderr.write(warning + "\n")
         sys.stderr.write(f"nvhook cdi: wrote {args.output}: {len(spec['devices'])} devices, "
                          f"cdiVersion {spec['cdiVersion']}\n")
     else:

@@ -59,6 +59,24 @@ def trusted(path: str, what: str, spec_path: str) -> None:
             ) from err
 
 
+def generate_warning(config_path: str | None) -> str | None:
+    """A line for `cdi generate --output`: the config it records is not trusted now, so every
+    later refresh of that spec will refuse (None: it is)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import check_path
+
+    if not config_path:
+        return None
+    try:
+        check_path(config_path, "the config")
+    except TrustError as err:
+        return (f"warning: {err}: the spec records it, and `nvhook cdi refresh` will refuse to "
+                "regenerate it from there (move the config to a root-owned directory)")
+    except OSError:
+        return None
+    return None
+
+
 def policy(old: dict[str, Any], config: HookConfig, spec_path: str, *, explicit: bool,
            hook_path: str | None) -> HookConfig:
     """The config to regenerate `old` with: the one it records (when it still exists and the

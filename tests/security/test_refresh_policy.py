@@ -141,3 +141,18 @@ def test_recorded_hook_path_missing_under_a_users_directory(sim: SimRoot,
     os.chown(home, USER, USER)  # the user can make bin/ and plant the hook
     mig_change(sim)
     assert len(refused(out, before, "the hook the spec runs", f"owned by uid {USER}")) == 3
+
+
+def test_generate_warns_when_the_config_it_records_is_a_users(sim: SimRoot,
+                                                              tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "nvhook.toml"
+    shutil.copy(sim.config_path, config)
+    os.chown(home, USER, USER)
+    out = tmp_path / "nvidia.yaml"
+    proc = nvhook("--config", str(config), "cdi", "generate", "--hook-path", "/usr/bin/true",
+                  "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warning) == 1 and "cdi refresh` will refuse" in warning[0], proc.stderr
