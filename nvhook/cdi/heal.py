@@ -110,12 +110,13 @@ def only_all_note(spec: dict[str, Any]) -> str:
             f"{spec['kind']}=GPU-<uuid>) does not resolve")
 
 
-def prepare_host(root: str, proc_root: str) -> list[str]:
-    """Load the modules (real host only) and create the missing control and GPU nodes; the
-    nodes created."""
+def prepare_host(root: str, proc_root: str, *, modules: bool = True) -> list[str]:
+    """Load the modules (real host only; with `modules`) and create the missing control and
+    GPU nodes; the nodes created."""
     from nvmount.api import host_nodes
 
-    host_nodes.load_modules(root, proc_root)
+    if modules:
+        host_nodes.load_modules(root, proc_root)
     made = host_nodes.ensure_nodes(root, proc_root)
     return made + host_nodes.ensure_gpu_nodes(root, proc_root, sorted(driver_gpus(proc_root)))
 

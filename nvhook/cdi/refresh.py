@@ -41,14 +41,18 @@ RETRY_SECONDS = 2.0
 
 
 def when_ready(make: Callable[[], Any], proc_root: str, wait: float,
-               sleep: Callable[[float], None] = time.sleep) -> Any:
+               sleep: Callable[[float], None] = time.sleep,
+               prepare: Callable[[int], object] | None = None) -> Any:
     """`make()` once the driver is ready: retried while /proc/driver/nvidia is missing or
-    discovery fails, for at most `wait` seconds (then the last error, in one line)."""
+    discovery fails, for at most `wait` seconds (then the last error, in one line);
+    `prepare(attempt)` first at every try (`nvhook.cdi.heal.prepare_host`)."""
     from nvmount.errors import NvmountError
 
     tries = 1 + int(wait // RETRY_SECONDS)
     for attempt in range(tries):
         try:
+            if prepare is not None:
+                prepare(attempt)
             if not os.path.isdir(os.path.join(proc_root, "driver/nvidia")):
                 raise CdiError(f"the NVIDIA driver is not loaded ({proc_root}/driver/nvidia "
                                "is missing)")
@@ -79,31 +83,32 @@ def refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], di
         return _refresh(output, config, generate, render, wait=wait)
 
 
-def whole(make: Callable[[], dict[str, Any]], config: HookConfig,
-          output: str) -> Callable[[], dict[str, Any]]:
-    """`make` after the host's nodes are made, its spec checked whole (`nvhook.cdi.heal`)."""
+def whole(make: Callable[[], dict[str, Any]], config: HookConfig, output: str, wait: float,
+          ) -> dict[str, Any]:
+    """`make()` once the driver is ready and the host's modules and nodes are prepared (the
+    modules at the first try only), its spec whole (`nvhook.cdi.heal`), within `wait`."""
     from nvhook.cdi.heal import checked, prepare_host
 
     proc_root = config.nvhook.proc_root or "/proc"
 
-    def run() -> dict[str, Any]:
-        prepare_host(config.cli.root or "/", proc_root)
-        return checked(make(), proc_root, output)
+    def prepare(attempt: int) -> None:
+        prepare_host(config.cli.root or "/", proc_root, modules=attempt == 0)
 
-    return run
+    spec: dict[str, Any] = when_ready(lambda: checked(make(), proc_root, output), proc_root,
+                                      wait, prepare=prepare)
+    return spec
 
 
 def _refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
              render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
     from nvhook.cdi.check import author, differences, read_spec, regenerate
     from nvhook.cdi.generate import write_atomically
-    from nvhook.cdi.heal import incomplete, prepare_host
+    from nvhook.cdi.heal import incomplete
     from nvhook.cdi.recorded import policy
 
     proc_root = config.nvhook.proc_root or "/proc"
-    prepare_host(config.cli.root or "/", proc_root)  # the modules first: the wait needs them
     if not os.path.lexists(output):
-        spec = when_ready(whole(lambda: generate(config), config, output), proc_root, wait)
+        spec = whole(lambda: generate(config), config, output, wait)
         write_atomically(output, render(spec))
         return f"{output}: written ({len(spec['devices'])} devices)"
     old = read_spec(output)
@@ -113,8 +118,7 @@ def _refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], d
     if unchanged(old, proc_root) and not incomplete(old, proc_root):
         return f"{output}: current (driver state unchanged)"
     config = policy(old, config, output, explicit=False, hook_path=None)
-    new = when_ready(whole(lambda: regenerate(old, config), config, output),
-                     config.nvhook.proc_root or "/proc", wait)
+    new = whole(lambda: regenerate(old, config), config, output, wait)  # the recorded config's
     why = differences(old, new)
     if not why:
         return f"{output}: current"
