@@ -69,6 +69,22 @@ def should_skip_cgroups(no_cgroups: bool, in_userns: bool) -> str | None:
     return None
 
 
+_UNIT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.\\@")
+
+
+def systemd_scope(path: str) -> str | None:
+    """The systemd scope unit a container cgroup belongs to, from its path alone: the last
+    component when it is a `.scope` (runc's and crun's systemd driver: docker-<id>.scope,
+    cri-containerd-<id>.scope, libpod-<id>.scope), or the one above it (crun's `container`
+    subgroup); None for a cgroupfs driver's path (/docker/<id>, /kubepods/...)."""
+    parts = path.rstrip("/").rsplit("/", 2)[1:]
+    for name in reversed(parts):
+        if name.endswith(".scope") and len(name) <= 255 and set(name) <= _UNIT_CHARS \
+                and name != ".scope":
+            return name
+    return None
+
+
 def format_rule(rule: DeviceRule) -> str:
     return f"c {rule.major}:{rule.minor} {rule.access}"
 
