@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import warnings
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -241,8 +242,8 @@ def test_gpu_access_survives_daemon_reload(rig: Rig) -> None:
         else:
             assert after[name] == _expected(rig, PATHS[name][0]), (name, after[name])
     _check_private_socket(rig)
-    if rig.peer:
-        pytest.skip(f"nvhook's paths passed; the reference did not run: {rig.peer}")
+    if rig.peer:  # nvhook's paths passed: say so, and why the reference did not run
+        warnings.warn(f"NVIDIA 1.20.0's reference did not run: {rig.peer}", stacklevel=1)
 
 
 PRIVATE_CALL = """
