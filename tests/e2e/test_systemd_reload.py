@@ -29,9 +29,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import warnings
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
