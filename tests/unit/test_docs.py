@@ -124,3 +124,11 @@ def test_every_deviation_is_documented_with_what_and_why(page: str) -> None:
     assert sorted(rows) == sorted(DEVIATIONS[page])
     for topic, (what, why) in rows.items():
         assert len(what) > 10 and len(why) > 10, (page, topic)
+
+
+def test_the_layout_tables_are_the_tree() -> None:
+    """docs/architecture.md's layout is drawn from the tree: every package and module, with
+    the first sentence of its docstring (`python -m tests.fixtures.layout --write` redraws)."""
+    from tests.fixtures.layout import current, draw
+
+    assert current() == draw(), "run: python -m tests.fixtures.layout --write"
