@@ -14,7 +14,11 @@ Series, interleaved round by round after a warm-up round, each a process timed w
 - `wrapper create, GPU 0`: the sh launcher and the whole create, with the create pack
   `nvhook install` wrote (`nvhook.launch.pack`) and without it (moved aside for that series);
 - `runc run` of the config.json the create wrote (GPU) and of the unedited one (no GPU):
-  what runc's own mounts and device nodes cost.
+  what runc's own mounts and device nodes cost;
+- `runc run`, no GPU, with a prestart hook `/bin/true`, and with the simulated driver's C step
+  before it (`nvsim-prestart --with-nvidia-dir --then /bin/true`: a tmpfs on /proc/driver,
+  then exec): the difference is what the legacy stacks of bench/engines.py pay for the
+  simulation before their hook (a real driver's kernel module needs no step).
 
 The wrapper's timing record gives the phases inside the create (`config`, `spec`, `inventory`,
 `plan`, `mounts`, `rootfs`); `--importtime FILE` writes `python3 -X importtime` of one create.
@@ -37,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nvhook.dev.demo.bundle import container_spec, new_container_id, write_bundle
+from nvhook.dev.demo.bundle import HookEntry, container_spec, new_container_id, write_bundle
 from nvhook.dev.demo.driver import nvhook_command
 from nvhook.dev.demo.rootfs import build_rootfs
 
@@ -73,6 +77,10 @@ class Bench:
         sim = work / "sim"
         subprocess.run([*nvhook_command(), "sim", "create", str(sim), "--gpus", str(gpus)],
                        check=True, capture_output=True)
+        # what the legacy stacks of bench/engines.py pay before their hook (bench/stacks.py)
+        step = sim / "nvsim/bin/nvsim-prestart"
+        self.step = HookEntry(str(step), (step.name, "--with-nvidia-dir", "--then", "/bin/true",
+                                          "true"))
         self.timing = work / "timing.jsonl"
         text = (sim / "config.toml").read_text().replace("sim-procfs = true", "sim-procfs = false")
         text = text.replace("[nvhook]\n", f'[nvhook]\ncache-dir = "{work / "cache"}"\n'
@@ -86,10 +94,10 @@ class Bench:
         self.count = 0
         timed(self.create(self.bundle(GPU_ENV)), self.env)  # the first create fills the cache
 
-    def bundle(self, env: list[str]) -> Path:
+    def bundle(self, env: list[str], prestart: tuple[HookEntry, ...] = ()) -> Path:
         self.count += 1
         path = self.work / f"b{self.count}"
-        write_bundle(path, self.rootfs, container_spec(["/bin/true"], env))
+        write_bundle(path, self.rootfs, container_spec(["/bin/true"], env, prestart=prestart))
         return path
 
     def create(self, bundle: Path) -> list[str]:
@@ -125,6 +133,10 @@ class Bench:
         def runc_plain() -> list[str]:
             return [RUNC, "run", "--bundle", str(self.bundle([])), new_container_id("cprof")]
 
+        def runc_hook(hook: HookEntry) -> Callable[[], list[str]]:
+            return lambda: [RUNC, "run", "--bundle", str(self.bundle([], (hook,))),
+                            new_container_id("cprof")]
+
         return {
             "python3 -IS -c pass": lambda: [PY, "-IS", "-c", "pass"],
             "python3 -IS + the create's imports": lambda: [PY, "-IS", "-c", path + imports],
@@ -132,6 +144,10 @@ class Bench:
             NO_PACK: gpu_create,
             "runc run, the created config.json (GPU 0)": runc_gpu,
             "runc run, no GPU": runc_plain,
+            "runc run, no GPU, prestart hook /bin/true": runc_hook(
+                HookEntry("/bin/true", ("true",))),
+            "runc run, no GPU, prestart hook nvsim-prestart, then /bin/true": runc_hook(
+                self.step),
         }
 
     def importtime(self, out: Path) -> None:
