@@ -73,7 +73,9 @@ def test_no_gpu_container_loads_only_the_gate(gpu_rig: GpuRig, tmp_path: Path) -
     what, modules, dataclasses = run_probe(tmp_path, ["prestart"], state, bundle)
     ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))}
     assert what == "declined"
-    assert ours == {"nvhook", "nvhook.launch.screen"}, ours
+    assert ours == {"nvhook", "nvhook.launch", "nvhook.launch.screen", "nvhook.config",
+                    "nvhook.config.basics", "nvhook.hook", "nvhook.hook.request_env",
+                    "nvmount", "nvmount.jsonio"}, ours  # the screen's names; the strict decoder
     assert not modules & (FORBIDDEN | {"os", "ctypes"}) and not dataclasses
 
 
@@ -209,10 +211,13 @@ def test_the_runtime_launcher_starts_python_only_for_gpu_creates(gpu_rig: GpuRig
     assert proc.returncode == 0, proc.stderr
     plain = gpu_rig.baseline.bundle(["/bin/true"], env=["PATH=/bin"])
     gpu = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=0"])
-    calls = [(["state", "hot-none"], False), (["kill", "hot-none", "9"], False),
-             (["delete", "--force", "hot-none"], False), (["start", "hot-none"], False),
-             (["--root", "/run/nvhook-hot", "create", "--bundle", str(plain), "hot-plain"],
-              False), (["create", "--bundle", str(gpu), "hot-gpu"], True)]
+    state = str(tmp_path / "runc")  # runc's state root: nothing of the test's under /run
+    calls = [(["--root", state, "state", "hot-none"], False),
+             (["--root", state, "kill", "hot-none", "9"], False),
+             (["--root", state, "delete", "--force", "hot-none"], False),
+             (["--root", state, "start", "hot-none"], False),
+             (["--root", state, "create", "--bundle", str(plain), "hot-plain"], False),
+             (["--root", state, "create", "--bundle", str(gpu), "hot-gpu"], True)]
     for args, python in calls:
         trace = tmp_path / "execve.txt"
         # the launcher's own process only (it execs runc or python; not grep, not runc init)
@@ -225,6 +230,5 @@ def test_the_runtime_launcher_starts_python_only_for_gpu_creates(gpu_rig: GpuRig
         assert any(p.endswith("/runc") for p in programs), (args, programs)
         assert any("python" in p for p in programs) == python, (args, programs)
         for cid in ("hot-plain", "hot-gpu"):
-            subprocess.run(["runc", "--root", "/run/nvhook-hot", "delete", "-f", cid],
+            subprocess.run(["runc", "--root", state, "delete", "-f", cid],
                            capture_output=True, check=False)
-            subprocess.run(["runc", "delete", "-f", cid], capture_output=True, check=False)
