@@ -35,11 +35,13 @@ MAX_BYTES = 8 << 20
 
 # what a GPU create imports when the inventory cache is current (spec delivery, `auto`)
 CREATE_MODULES = (
-    "nvhook", "nvhook.cdi", "nvhook.cdi.resolve", "nvhook.config", "nvhook.config.host",
-    "nvhook.config.model", "nvhook.config.toml_read", "nvhook.config.toml_subset",
-    "nvhook.errors", "nvhook.hook", "nvhook.hook.device_lists", "nvhook.hook.mount",
-    "nvhook.hook.oci", "nvhook.hook.request", "nvhook.hook.semver", "nvhook.hook.spec_kinds",
-    "nvhook.launch", "nvhook.launch.argv", "nvhook.launch.lowlevel", "nvhook.runtime",
+    "nvhook", "nvhook.cdi", "nvhook.cdi.resolve", "nvhook.config", "nvhook.config.basics",
+    "nvhook.config.host", "nvhook.config.model", "nvhook.config.toml_read",
+    "nvhook.config.toml_subset", "nvhook.errors", "nvhook.hook", "nvhook.hook.device_lists",
+    "nvhook.hook.mount", "nvhook.hook.oci", "nvhook.hook.request", "nvhook.hook.request_env",
+    "nvhook.hook.semver", "nvhook.hook.spec_kinds", "nvhook.launch", "nvhook.launch.argv",
+    "nvhook.launch.command_line", "nvhook.launch.lowlevel", "nvhook.launch.runtime_flags",
+    "nvhook.logrus", "nvhook.runtime",
     "nvhook.runtime.bundle", "nvhook.runtime.create", "nvhook.runtime.edit",
     "nvhook.runtime.log", "nvhook.runtime.modes", "nvhook.runtime.rootfs",
     "nvhook.runtime.settings", "nvhook.runtime.spec_delivery", "nvhook.runtime.spec_entries",
@@ -54,7 +56,8 @@ CREATE_MODULES = (
     "nvmount.fs.procfs", "nvmount.fs.root", "nvmount.fs.rootfs", "nvmount.fs.trusted",
     "nvmount.fs.walk", "nvmount.jsonio", "nvmount.ldcache", "nvmount.ldcache.image",
     "nvmount.ldcache.write", "nvmount.log", "nvmount.pipeline", "nvmount.plan",
-    "nvmount.plan.devices", "nvmount.plan.graphics", "nvmount.plan.mounts",
+    "nvmount.plan.app_profile", "nvmount.plan.devices", "nvmount.plan.graphics",
+    "nvmount.plan.mounts",
     "nvmount.plan.procfs", "nvmount.plan.selection", "nvmount.plan.split",
     "nvmount.plan.types", "nvmount.records", "nvmount.requests", "nvmount.timing",
 )
