@@ -144,8 +144,8 @@ def use_pack(base: str) -> bool:
         return False
     try:
         st = os.fstat(fd)
-        owner = os.stat(os.path.dirname(path)).st_uid
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid != owner
+        home = os.stat(os.path.dirname(path))  # the package directory, checked at install
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != home.st_uid or home.st_mode & 0o022
                 or st.st_mode & 0o022 or st.st_size > MAX_BYTES):
             return False
         data = os.read(fd, st.st_size + 1)
