@@ -13,12 +13,13 @@ import pytest
 
 from nvhook.admin.install import import_paths
 from nvhook.dev.demo.bundle import container_spec, write_bundle
+from nvhook.dev.demo.driver import launcher_python
 from nvhook.dev.sim import SimRoot
 from nvhook.launch import pack
 from tests.fixtures.containers import RootfsCache
 
 REPO = Path(__file__).resolve().parents[2]
-PY = "/usr/bin/python3"
+PY = launcher_python()  # the interpreter the tests' launchers run ($NVHOOK_LAUNCHER_PYTHON)
 # a wrapper create in the launcher's interpreter, execve made a no-op; prints its modules
 PROBE = f"""\
 import sys, os
