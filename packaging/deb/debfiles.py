@@ -74,6 +74,11 @@ set -e
 if [ "$1" = configure ] && command -v py3compile >/dev/null 2>&1; then
     py3compile -p nvhook
 fi
+# the GPU create's modules in one file (nvhook.launch.pack); without it creates only import slower
+if [ "$1" = configure ]; then
+    /usr/bin/python3 -IS /usr/lib/python3/dist-packages/nvhook/launch/pack.py \
+        /usr/lib/python3/dist-packages >/dev/null 2>&1 || true
+fi
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     systemctl enable --now {UNITS} >/dev/null 2>&1 || true
@@ -91,6 +96,7 @@ fi
 if command -v py3clean >/dev/null 2>&1; then
     py3clean -p nvhook
 fi
+rm -f /usr/lib/python3/dist-packages/nvhook/create.pack
 for d in /usr/lib/python3/dist-packages/nvhook /usr/lib/python3/dist-packages/nvmount; do
     if [ -d "$d" ]; then
         find "$d" -name __pycache__ -type d -prune -exec rm -rf {{}} +
