@@ -303,9 +303,9 @@ CU_API CUresult cuDevicePrimaryCtxRetain(void **pctx, CUdevice dev)
 static unsigned long long limit_of(int dev)
 {
     const struct nvsim_gpu *g = &g_state.gpu[dev];
-    unsigned long long total = g->memory_mib * 1024ull * 1024ull, hard;
+    unsigned long long total = g->memory_mib * 1024ull * 1024ull, hard, cg_dev, cg_ino;
     char line[PATH_MAX], path[PATH_MAX + 32];
-    struct stat st;
+    int is_dir;
     FILE *f = fopen("/proc/self/cgroup", "re");
 
     if (f == NULL)
@@ -317,9 +317,9 @@ static unsigned long long limit_of(int dev)
             snprintf(path, sizeof(path), "/sys/fs/cgroup%s", line + 3);
         }
     fclose(f);
-    if (path[0] == '\0' || stat(path, &st) != 0)
+    if (path[0] == '\0' || nvsim_identity(path, &cg_dev, &cg_ino, &is_dir) != 0)
         return total;
-    hard = nvsim_hard_limit(&g_state, g, st.st_dev, st.st_ino);
+    hard = nvsim_hard_limit(&g_state, g, cg_dev, cg_ino);
     return hard != 0 && hard < total ? hard : total;
 }
 

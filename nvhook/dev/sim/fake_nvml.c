@@ -978,7 +978,8 @@ NVML_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
 {
     struct nvsim_gpu *g;
     struct nvsim_mig *m;
-    struct stat st;
+    unsigned long long dev, ino;
+    int is_dir;
     char path[PATH_MAX];
     FILE *f;
     INJECT();
@@ -991,14 +992,13 @@ NVML_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
         return NVML_ERROR_NO_PERMISSION;
     if (limits->softLimit > limits->hardLimit || limits->hardLimit > memory_total(g, NULL))
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (stat(limits->nameSpace, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (nvsim_identity(limits->nameSpace, &dev, &ino, &is_dir) != 0 || !is_dir)
         return NVML_ERROR_OPERATING_SYSTEM;
     nvsim_limits_path(&g_state, g, path, sizeof(path));
     f = fopen(path, "ae");
     if (f == NULL)
         return NVML_ERROR_OPERATING_SYSTEM;
-    fprintf(f, "%llu %llu %llu %llu\n", (unsigned long long)st.st_dev,
-            (unsigned long long)st.st_ino, limits->softLimit, limits->hardLimit);
+    fprintf(f, "%llu %llu %llu %llu\n", dev, ino, limits->softLimit, limits->hardLimit);
     return fclose(f) == 0 ? NVML_SUCCESS : NVML_ERROR_OPERATING_SYSTEM;
 }
 
@@ -1007,17 +1007,17 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
 {
     struct nvsim_gpu *g;
     struct nvsim_mig *m;
-    struct stat st;
-    unsigned long long hard;
+    unsigned long long hard, dev, ino;
+    int is_dir;
     INJECT();
     LOOKUP(device, &g, &m);
     NEED(limits);
     NEED(limits->nameSpace);
     if (m != NULL)
         return NVML_ERROR_NOT_SUPPORTED;
-    if (stat(limits->nameSpace, &st) != 0)
+    if (nvsim_identity(limits->nameSpace, &dev, &ino, &is_dir) != 0)
         return NVML_ERROR_OPERATING_SYSTEM;
-    hard = nvsim_hard_limit(&g_state, g, st.st_dev, st.st_ino);
+    hard = nvsim_hard_limit(&g_state, g, dev, ino);
     if (hard == 0)
         return NVML_ERROR_NOT_FOUND;
     limits->softLimit = 0;

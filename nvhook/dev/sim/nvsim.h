@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef NVSIM_DRIVER_VERSION
@@ -442,6 +444,22 @@ static void nvsim_limits_path(const struct nvsim_state *st, const struct nvsim_g
     char rel[PATH_MAX];
     snprintf(rel, sizeof(rel), "/proc/driver/nvidia/gpus/%s/nvsim-memory-limits", g->proc_name);
     nvsim_path(out, n, st->root, rel);
+}
+
+/* Device, inode and whether `path` is a directory, by the statx system call: glibc's stat()
+ * binds the library to GLIBC_2.33, which Debian 11's roots (the package tests) do not have.
+ * 0 on success, -1 with errno. */
+static int nvsim_identity(const char *path, unsigned long long *dev, unsigned long long *ino,
+                          int *is_dir)
+{
+    struct statx stx;
+
+    if (syscall(SYS_statx, AT_FDCWD, path, 0, STATX_TYPE | STATX_INO, &stx) != 0)
+        return -1;
+    *dev = ((unsigned long long)stx.stx_dev_major << 32) | stx.stx_dev_minor;
+    *ino = stx.stx_ino;
+    *is_dir = S_ISDIR(stx.stx_mode);
+    return 0;
 }
 
 /* The hard limit of the cgroup (dev, ino) for `g`, or 0 when none is set. */
