@@ -196,43 +196,54 @@ def _exists(etc: int, name: str) -> bool:
 
 def _install(etc: int, data: bytes, owner: tuple[int, int], journal: Journal,
              libc: Libc) -> None:
-    """Write `data` under a fresh name and swap it in; journal the undo (see the docstring)."""
+    """Write `data` under a fresh name and swap it in; journal the undo (see the docstring).
+    Created as `owner` where the rootfs has no id for host root (`nvmount.fs.owner`)."""
+    from nvmount.fs.owner import create_as_owner
+
     tmp = f".{CACHE_NAME}~nvhook-{os.urandom(6).hex()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=etc)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = create_as_owner(libc, owner, lambda: os.open(tmp, flags, 0o644, dir_fd=etc),
+                             owner_first=True)
     except OSError as err:
         raise LdcacheError(f"create /etc/{tmp}: {strerror(err)}") from err
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fchmod(fd, 0o644)
-        os.fchown(fd, *owner)
-        ours = os.fstat(fd).st_ino
+        st = os.fstat(fd)  # created as the owner where host root has no id: no chown then,
+        if st.st_mode & 0o7777 != 0o644:  # and none of the privileges this stage dropped
+            os.fchmod(fd, 0o644)
+        if (st.st_uid, st.st_gid) != owner:
+            os.fchown(fd, *owner)
+        ours = st.st_ino
     except OSError as err:
         os.unlink(tmp, dir_fd=etc)
         raise LdcacheError(f"write /etc/{tmp}: {strerror(err)}") from err
     finally:
         os.close(fd)
-    swapped = _swap_in(etc, tmp, libc)
+    swapped = _swap_in(etc, tmp, owner, libc)
     journal.record(f"write /etc/{CACHE_NAME}",
                    lambda: _undo(etc, tmp, ours, swapped, libc))
     journal.on_close(lambda: _discard(etc, tmp))
 
 
-def _swap_in(etc: int, tmp: str, libc: Libc) -> bool:
+def _swap_in(etc: int, tmp: str, owner: tuple[int, int], libc: Libc) -> bool:
     """Put `tmp` at the cache's name: exchanged with the old entry (True) or, when there was
     none, renamed without replacing anything (False)."""
+    from nvmount.fs.owner import create_as_owner
+
     try:
-        libc.renameat2(etc, tmp, etc, CACHE_NAME, _libc.RENAME_EXCHANGE)
+        create_as_owner(libc, owner, lambda: libc.renameat2(etc, tmp, etc, CACHE_NAME,
+                                                            _libc.RENAME_EXCHANGE))
         return True
     except OSError as err:
         if err.errno != errno.ENOENT:
             os.unlink(tmp, dir_fd=etc)
             raise LdcacheError(f"replace /etc/{CACHE_NAME}: {strerror(err)}") from err
     try:
-        libc.renameat2(etc, tmp, etc, CACHE_NAME, _libc.RENAME_NOREPLACE)
+        create_as_owner(libc, owner, lambda: libc.renameat2(etc, tmp, etc, CACHE_NAME,
+                                                            _libc.RENAME_NOREPLACE))
     except OSError as err:
         os.unlink(tmp, dir_fd=etc)
         raise LdcacheError(f"create /etc/{CACHE_NAME}: {strerror(err)}") from err

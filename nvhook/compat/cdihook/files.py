@@ -19,6 +19,7 @@ from nvmount.fs.paths import split_leaf
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from nvmount._libc import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -36,7 +37,7 @@ def symlink(root: Root, path: str, text: str, owner: tuple[int, int]) -> bool:
     parent, name = split_leaf(path)
     pfd = parent_dir(root, parent, owner)
     try:
-        return _link_in(pfd, name, text, owner)
+        return _link_in(pfd, name, text, owner, root.libc)
     finally:
         os.close(pfd)
 
@@ -52,7 +53,9 @@ def parent_dir(root: Root, path: str, owner: tuple[int, int]) -> int:
         return root.ensure_dir(path, 0o755, *owner)[0]
 
 
-def _link_in(pfd: int, name: str, text: str, owner: tuple[int, int]) -> bool:
+def _link_in(pfd: int, name: str, text: str, owner: tuple[int, int], libc: Libc) -> bool:
+    from nvmount.fs.owner import create_as_owner
+
     own = owner == (os.geteuid(), os.getegid())
     if own:  # a new name: one symlinkat, which never follows or replaces anything
         try:
@@ -66,11 +69,12 @@ def _link_in(pfd: int, name: str, text: str, owner: tuple[int, int]) -> bool:
     except OSError:
         pass  # missing, or not a symlink: replaced below
     tmp = _tmp_name()
-    os.symlink(text, tmp, dir_fd=pfd)
+    create_as_owner(libc, owner, lambda: os.symlink(text, tmp, dir_fd=pfd))
     try:
-        if not own:
+        if os.stat(tmp, dir_fd=pfd, follow_symlinks=False).st_uid != owner[0] or not own:
             os.chown(tmp, *owner, dir_fd=pfd, follow_symlinks=False)
-        os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        create_as_owner(libc, owner, lambda: os.rename(tmp, name, src_dir_fd=pfd,
+                                                       dst_dir_fd=pfd))
     except BaseException:
         os.unlink(tmp, dir_fd=pfd)
         raise
@@ -85,9 +89,12 @@ def write_file(root: Root, path: str, data: bytes, mode: int, owner: tuple[int, 
     pfd = parent_dir(root, parent, owner) if dir_mode == 0o755 else \
         root.ensure_dir(parent, dir_mode, *owner)[0]
     try:
+        from nvmount.fs.owner import create_as_owner
+
         target = _tmp_name() if replace else name
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                     os.O_CLOEXEC, 0o600, dir_fd=pfd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = create_as_owner(root.libc, owner, lambda: os.open(target, flags, 0o600,
+                                                               dir_fd=pfd))
         try:
             try:
                 view = memoryview(data)
@@ -98,7 +105,8 @@ def write_file(root: Root, path: str, data: bytes, mode: int, owner: tuple[int, 
             finally:
                 os.close(fd)
             if replace:
-                os.rename(target, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+                create_as_owner(root.libc, owner, lambda: os.rename(
+                    target, name, src_dir_fd=pfd, dst_dir_fd=pfd))
         except BaseException:
             os.unlink(target, dir_fd=pfd)
             raise
