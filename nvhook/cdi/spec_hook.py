@@ -43,13 +43,12 @@ def main_hook(name: str, args: list[str], opts: GlobalOptions) -> int:
         raise CdiError(f"nvhook cdi hook: unknown hook {name[:60]!r} (the spec's hook is "
                          "`apply`; regenerate an older spec: nvhook cdi check --refresh)")
     from nvhook.cdi.spec_hook_args import parse
-    from nvhook.hook.locate import bundle_spec_path, container_rootfs
-    from nvhook.hook.oci import load_state, parse_spec, read_spec_file
+    from nvhook.hook.locate import container_rootfs, load_bundle_spec
+    from nvhook.hook.oci import load_state
 
     inputs = parse(args)
     state = load_state(opts.stdin if opts.stdin is not None else 0)
-    path = bundle_spec_path(state, opts.cwd)
-    spec = parse_spec(path, read_spec_file(path))
+    spec = load_bundle_spec(state, opts.cwd)
     linux = spec.linux if isinstance(spec.linux, dict) else {}
     resources = linux.get("resources")
     rules = resources.get("devices") if isinstance(resources, dict) else None

@@ -29,16 +29,71 @@ def no_bundle(bundle: str) -> bool:
 
 
 def bundle_spec_path(state: State, cwd: str | None) -> str:
-    """`<bundle>/config.json`, never relative to a "/" bundle (SpecError then: what the
-    state gave and what to do)."""
-    if no_bundle(state.bundle):
-        where = f" (the state names the rootfs {state.root})" if state.root else ""
-        raise SpecError(
-            f"could not open OCI spec: the state's bundle is \"/\"{where}, not a bundle "
-            "directory: its config.json is not the container's (crun does this for a "
-            "container in a user namespace; use a crun that names the bundle, or the hook "
-            "through the runtime wrapper)")
-    return go_join(resolve_bundle(state.bundle, cwd), "config.json")
+    """`<bundle>/config.json`; for a "/" bundle crun's own copy (`runtime_spec_path`), never
+    `/config.json` (SpecError when there is none: what the state gave and what to do)."""
+    if not no_bundle(state.bundle):
+        return go_join(resolve_bundle(state.bundle, cwd), "config.json")
+    import os
+
+    path = runtime_spec_path(state, _host_uid(os.geteuid()))
+    if path and os.path.isfile(path):
+        return path
+    where = f" (the state names the rootfs {state.root})" if state.root else ""
+    raise SpecError(
+        f"could not open OCI spec: the state's bundle is \"/\"{where}, not a bundle "
+        f"directory, and crun's copy {path or '(no container id in the state)'} is missing "
+        "(the runtime ran with another --root? run the hook from the runtime wrapper)")
+
+
+CRUN_STATE_DIRS = ("/run/crun", "/run/user/{uid}/crun")  # crun's default --root: root, others
+MAX_ID = 1024
+
+
+def runtime_spec_path(state: State, euid: int) -> str:
+    """crun's copy of the container's config.json in its state directory (default --root), for
+    a state whose bundle is "/" (crun 1.28 gives createRuntime hooks its working directory,
+    "/", when Podman runs it there: `--userns=auto` with a CDI device); "" when the state
+    names no valid container id (pure)."""
+    cid = state.id
+    if not cid or len(cid) > MAX_ID or cid in (".", "..") or not all(
+            c.isascii() and (c.isalnum() or c in "._-") for c in cid):
+        return ""
+    base = CRUN_STATE_DIRS[0] if euid == 0 else CRUN_STATE_DIRS[1].format(uid=euid)
+    return f"{base}/{cid}/config.json"
+
+
+def _host_uid(euid: int) -> int:
+    """`euid` as the parent user namespace sees it: a rootless engine's hook is root in the
+    engine's namespace and its crun keeps state under the user's /run/user/UID."""
+    from nvmount.container.open import map_to_host, parse_id_map
+    from nvmount.errors import NvmountError
+
+    try:
+        with open("/proc/self/uid_map", "rb") as stream:
+            mapped = map_to_host(euid, parse_id_map(stream.read(65536).decode("ascii", "replace")))
+    except (OSError, NvmountError):
+        return euid
+    return euid if mapped is None else mapped
+
+
+def load_bundle_spec(state: State, cwd: str | None) -> Spec:
+    """The container's config.json (`bundle_spec_path`), checked (`check_spec_root`)."""
+    from nvhook.hook.oci import parse_spec, read_spec_file
+
+    path = bundle_spec_path(state, cwd)
+    spec = parse_spec(path, read_spec_file(path))
+    check_spec_root(state, spec)
+    return spec
+
+
+def check_spec_root(state: State, spec: Spec) -> None:
+    """A config.json found by the container's id must be that container's: its root.path is
+    the rootfs the state names (SpecError otherwise)."""
+    if no_bundle(state.bundle) and state.root and go_clean(spec.root_path) != go_clean(
+            state.root):
+        raise SpecError(f"could not open OCI spec: {spec.path} names the rootfs "
+                        f"{shorten(repr(spec.root_path))}, the state {state.root}: not this "
+                        "container's (run the hook from the runtime wrapper)")
 
 
 def container_rootfs(state: State, spec: Spec | None, cwd: str | None) -> tuple[str, str]:

@@ -45,8 +45,8 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
 def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> int:
     """The prestart pipeline; in dry-run, print the decision (and the engine's plan)."""
     from nvhook.config.load import load_config
-    from nvhook.hook.locate import bundle_spec_path
-    from nvhook.hook.oci import load_state, parse_spec, read_spec_file
+    from nvhook.hook.locate import load_bundle_spec
+    from nvhook.hook.oci import load_state
     from nvhook.hook.request import derive_request
     from nvmount.timing import PhaseTimer
 
@@ -62,8 +62,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     delivery = os.environ.get("NVHOOK_RUNTIME_DELIVERY")  # nvhook.runtime.modes.DELIVERY_ENV
     with timer.phase("spec"):
         state = load_state(opts.stdin if opts.stdin is not None else stdin_fd)
-        path = bundle_spec_path(state, opts.cwd)
-        spec = parse_spec(path, read_spec_file(path))
+        spec = load_bundle_spec(state, opts.cwd)
         request = derive_request(spec, _wrapper_resolved(config, delivery))
     if request is None:
         _log_not_gpu(state)

@@ -113,10 +113,10 @@ def open_container(
     mntns_fd = -1
     try:
         mntns_fd, mntns = _open_mntns(pid, proc_fd, proc_root)
-        uid_map = parse_id_map(_read_at(proc_fd, "uid_map", pid))
-        in_userns = uid_map != IDENTITY_UID_MAP
+        in_userns = _other_userns(pid, proc_fd, proc_root)
         uid, gid = (0, 0) if not in_userns else container_root_ids(
-            uid_map, parse_id_map(_read_at(proc_fd, "gid_map", pid)), os.fstat(proc_fd))
+            parse_id_map(_read_at(proc_fd, "uid_map", pid)),
+            parse_id_map(_read_at(proc_fd, "gid_map", pid)), os.fstat(proc_fd))
         hook_in_userns = _hook_in_userns(proc_root)
         cgroup = None if no_cgroups or hook_in_userns else _find_cgroup(pid, proc_root)
         ns_rootfs = rootfs_in_namespace(proc_fd, rootfs)
@@ -242,6 +242,18 @@ def _read_at(dir_fd: int, name: str, pid: int) -> str:
         raise ContainerError(
             f"read /proc/{pid}/{name}: {strerror(err)} (did the container exit?)"
         ) from err
+
+
+def _other_userns(pid: int, proc_fd: int, proc_root: str) -> bool:
+    """Whether the container's user namespace is not the hook's own. Its uid_map, read from
+    another namespace, then maps its ids to ours (from inside, it would map them to the
+    parent's: a rootless engine's hook shares the container's namespace, where its root is 0)."""
+    try:
+        theirs, ours = os.stat("ns/user", dir_fd=proc_fd), os.stat(f"{proc_root}/self/ns/user")
+    except OSError as err:
+        raise ContainerError(
+            f"stat /proc/{pid}/ns/user: {strerror(err)} (did the container exit?)") from err
+    return (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino)
 
 
 def _hook_in_userns(proc_root: str) -> bool:

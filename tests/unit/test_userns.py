@@ -87,6 +87,28 @@ def test_cdi_hook_takes_the_state_root_without_config_json() -> None:
     assert state_root(state, "/") == ("/var/tmp/intermediate-mountpoint-0.0", None)
 
 
+@pytest.mark.parametrize(("cid", "euid", "want"), [
+    ("e1911612a364", 0, "/run/crun/e1911612a364/config.json"),
+    ("e1911612a364", 1000, "/run/user/1000/crun/e1911612a364/config.json"),  # rootless
+    ("../../etc", 0, ""), ("a/b", 0, ""), ("..", 0, ""), ("", 0, ""), ("x" * 1025, 0, ""),
+], ids=["root", "rootless", "dotdot", "slash", "parent", "none", "long"])
+def test_runtime_spec_path(cid: str, euid: int, want: str) -> None:
+    """A "/" bundle (crun 1.28 under Podman --userns=auto/nomap with a CDI device): crun's own
+    copy of config.json, named by a container id that cannot leave crun's state dir."""
+    from nvhook.hook.locate import runtime_spec_path
+
+    assert runtime_spec_path(oci.State(1, "/", "/var/tmp/im", cid), euid) == want
+
+
+def test_a_copy_found_by_id_must_name_the_states_rootfs() -> None:
+    from nvhook.hook.locate import check_spec_root
+
+    state = oci.State(1, "/", "/var/tmp/intermediate-mountpoint-0.0", "abc")
+    check_spec_root(state, _spec("/var/tmp/intermediate-mountpoint-0.0/", "/run/crun/abc/c"))
+    with pytest.raises(SpecError, match="not this container's"):
+        check_spec_root(state, _spec("/var/lib/other/merged", "/run/crun/abc/config.json"))
+
+
 @pytest.mark.parametrize(("inside", "id_map", "want"), [
     (0, ((0, 300000, 1024),), 300000),
     (1000, ((0, 300000, 1024),), 301000),
