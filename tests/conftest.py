@@ -8,6 +8,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.hostguard",
+    "tests.fixtures.nodes",
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.realdriver",
@@ -17,6 +18,12 @@ pytest_plugins = [
     "tests.fixtures.cri",
     "tests.fixtures.cri_host",
 ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    from tests.fixtures.nodes import parametrize_nodes
+
+    parametrize_nodes(metafunc)
 
 
 
