@@ -139,6 +139,11 @@ def _dispatch(command: str, rest: list[str], opts: GlobalOptions) -> int:
     except ModuleNotFoundError as err:
         if not (err.name or "").startswith("nvhook"):
             raise
+        if (err.name or "").startswith("nvhook.dev"):
+            raise NvhookError(
+                f"command {command}: the development tools (nvhook.dev: the simulated driver "
+                "and the demo) are not installed with the package; run it from a source "
+                "checkout (bash packaging/setup.sh) or a pip install of nvhook") from err
         raise NvhookError(
             f"command {command}: module {err.name} is not part of this installation "
             "(reinstall nvhook, or use a version that has this command)"

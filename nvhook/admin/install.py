@@ -44,7 +44,7 @@ DEFAULT_PREFIX = "/usr/local/bin"
 DEFAULT_NAMES = DEFAULT_LAUNCHERS["hook"]
 DEFAULT_PYTHON = "/usr/bin/python3"
 # Importable names nvhook needs at hook time: itself and its runtime dependencies.
-_MODULES = ("nvhook", "nvmount", "prctl", "psutil")
+_MODULES = ("nvhook", "nvmount", "prctl")
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(

@@ -1,7 +1,7 @@
 """Stage 2 of the hook: from the spec and the config to a GPU request (hook-spec 1.5-1.14). Pure.
 
 `derive_request` decides exactly as NVIDIA's `nvidia-container-runtime-hook` v1.17.8 does, in the
-same order (so the same error wins), with the deviations listed in `nvhook.deviations`. It
+same order (so the same error wins), with the deviations listed in docs/hook.md. It
 returns None for a container that does not want GPUs. The only effect is logging: NVIDIA's
 "Ignoring devices ..." line (warning) and the mode line (info).
 """

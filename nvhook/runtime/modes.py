@@ -17,7 +17,7 @@ nvhook's counterpart of jit-cdi is its spec delivery:
 Unlike jit-cdi, the spec delivery keeps legacy's semantics: NVIDIA_DRIVER_CAPABILITIES,
 NVIDIA_REQUIRE_* and the MIG variables count (jit-cdi mounts every driver file whatever they
 say and checks no requirement): a leaner container, and a refused start where legacy refuses
-one (nvhook/deviations.py). `[nvhook] runtime-mode = "legacy" | "spec"` forces one delivery
+one (docs/runtimes.md, deviations). `[nvhook] runtime-mode = "legacy" | "spec"` forces one delivery
 whatever `mode` says ("auto", the default, follows it). The hook alone (Docker's `--gpus`)
 still resolves `auto` to legacy, as NVIDIA's does (`nvhook.hook.request.check_mode`).
 """

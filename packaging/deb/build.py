@@ -31,6 +31,7 @@ import manpage  # noqa: E402
 from nvhook import __version__  # noqa: E402
 
 SITE = "usr/lib/python3/dist-packages"
+DEV_TOOLS = "nvhook/dev"
 PYTHON = "/usr/bin/python3"
 # /usr/bin name -> launcher kind (nvhook.launch.write): NVIDIA's names are what runtimes run
 LAUNCHERS = {"nvhook": "hook", "nvidia-container-runtime-hook": "hook", "nvhook-hook": "hook",
@@ -45,11 +46,13 @@ def stage(root: Path) -> None:
     for package in ("nvhook", "nvmount"):
         shutil.copytree(REPO / package, root / SITE / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o"))
+    # nvhook/dev (the simulated driver, the demo) is for checkouts and tests, not for nodes
+    shutil.rmtree(root / SITE / DEV_TOOLS)
     _dist_info(root / SITE / f"nvhook-{__version__}.dist-info")
     _launchers(root / "usr/bin")
     (root / "usr/bin/nvidia-container-toolkit").symlink_to("nvidia-container-runtime-hook")
-    from nvhook.config.default import default_text
     from nvhook.admin.configure import hooksd
+    from nvhook.config.default import default_text
 
     _write(root / CONFFILE, default_text())
     _write(root / HOOKS_JSON, hooksd.render(hooksd.hook_document(

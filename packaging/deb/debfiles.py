@@ -33,7 +33,7 @@ _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 # python3-toml (Debian 11: no release with a 3.9 interpreter ships python3-tomli).
 # The interpreters the package is tested on (tests/e2e/test_deb.py: bullseye 3.9 to sid 3.14;
 # docs/install.md): a release whose python3 is newer gets nothing untested.
-DEPENDS = ("python3 (>= 3.9), python3 (<< 3.15), python3-prctl, python3-psutil, "
+DEPENDS = ("python3 (>= 3.9), python3 (<< 3.15), python3-prctl, "
            "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml")
 
 

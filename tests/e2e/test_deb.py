@@ -2,7 +2,7 @@
 it into clean Debian roots of every release the docs name (bullseye, Python 3.9; bookworm, 3.11;
 trixie, 3.13; sid, 3.14 (marked today_engines); with NVHOOK_LONG=1 also Ubuntu 22.04/24.04
 where this machine's apt sources have an Ubuntu archive), and there, with the release's system
-python3 and its python3-prctl, -psutil and TOML reader (python3-toml on bullseye), `nvhook
+python3 and its python3-prctl and TOML reader (python3-toml on bullseye), `nvhook
 --version`, `config check` (of the default file and of one outside the simple subset), a GPU
 dry run against the simulated driver and `doctor` work. Then `dpkg -r` leaves only the conffile and `dpkg -P` nothing.
 NVHOOK_DEB_RELEASES="bullseye trixie" picks releases.
@@ -99,7 +99,7 @@ def test_package_fields_and_files(deb: Path) -> None:
     fields = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True,
                             check=True).stdout
     assert "Architecture: all" in fields
-    assert ("Depends: python3 (>= 3.9), python3 (<< 3.15), python3-prctl, python3-psutil, "
+    assert ("Depends: python3 (>= 3.9), python3 (<< 3.15), python3-prctl, "
             "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml\n") in fields
     assert f"Depends: {package_depends()}\n" in fields  # what the cached roots were made with
     for name in ("Conflicts", "Replaces"):
@@ -121,6 +121,9 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./lib/udev/rules.d/71-nvhook-cdi-refresh.rules"]:
         assert f" {path}" in listing, path
     assert "__pycache__" not in listing and ".pyc" not in listing
+    # the simulator and the demo are development tools: a production node installs neither
+    for absent in ("/nvhook/dev/", "/nvhook/sim/", "/nvhook/demo/", "/nvhook/deviations"):
+        assert absent not in listing, absent
     conffiles = subprocess.run(["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True,
                                text=True, check=True).stdout
     assert conffiles == "/etc/nvidia-container-runtime/config.toml\n"
@@ -130,7 +133,7 @@ def test_installed_package_runs(release: Release, debian_root: Path) -> None:
     (debian_root / "tmp/beyond.toml").write_text(BEYOND_SUBSET)
     proc = in_root(debian_root, "for n in " + " ".join(LAUNCHERS[:4]) + "; do "
                    "head -1 /usr/bin/$n; done; nvhook --version; nvhook config check; "
-                   "python3 -c 'import prctl, psutil, sys, yaml; yaml.CSafeLoader; "
+                   "python3 -c 'import prctl, sys, yaml; yaml.CSafeLoader; "
                    "print(\"python%d.%d\" % "
                    "sys.version_info[:2])'; dpkg -s nvhook | grep Status; "
                    "nvidia-ctk --version; nvidia-cdi-hook --version; "

@@ -46,7 +46,7 @@ EXTRA_OK = (
     "ldconfig libnvidia-allocator.so.1 ",
     # NVIDIA's ldconfig runs before the SONAME links exist, so the development links
     # libcuda.so -> libcuda.so.1 dangle then and stay out of its cache; an ldconfig run later
-    # in the container lists them, as nvhook's cache does (a deviation, nvhook/deviations.py)
+    # in the container lists them, as nvhook's cache does (a deviation, docs/hook.md)
     "ldconfig libcuda.so (", "ldconfig libnvidia-opticalflow.so (",
 )
 

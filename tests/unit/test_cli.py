@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -415,18 +416,23 @@ def test_dry_run_includes_the_engine_plan(hook: Hook, sim_root: Any) -> None:
     assert isinstance(result["plan"], dict)
 
 
-def test_docs_list_every_deviation() -> None:
-    from nvhook.deviations.hook import HOOK
-    from nvhook.deviations.tools import TOOLS
-
-    for page, entries in (("hook.md", HOOK), ("runtimes.md", TOOLS)):
-        docs = (REPO / "docs" / page).read_text()
-        for topic, what, why in entries:
-            assert f"- **{topic}**: {what}. Why: {why}." in docs, (page, topic)
-
-
 def test_control_characters_in_errors_are_escaped() -> None:
     from nvhook.logs import one_line as _one_line
 
     assert _one_line("bad\nvalue\r\x1b[31m\x07 é") == "bad\\nvalue\\r\\x1b[31m\\x07 é"
     assert _one_line("plain text") == "plain text"
+
+
+def test_development_commands_missing_from_a_package_say_where_to_get_them(
+        tmp_path: Path) -> None:
+    """The .deb leaves nvhook/dev out: `nvhook sim` there names the checkout, not a bug."""
+    stub = tmp_path / "stub"
+    shutil.copytree(REPO / "nvhook", stub / "nvhook",
+                    ignore=shutil.ignore_patterns("dev", "__pycache__"))
+    code = "import sys; from nvhook.cli import main; sys.exit(main(['sim', '--help']))"
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path[:0] = "
+                           f"[{str(stub)!r}, {str(REPO)!r}]; " + code],
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("command sim: the development tools (nvhook.dev")
+    assert "packaging/setup.sh" in proc.stderr and proc.stderr.count("\n") == 1

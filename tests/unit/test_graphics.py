@@ -58,7 +58,7 @@ def test_every_path_nvidia_mounts_for_all_capabilities(sim2: SimRoot) -> None:
     theirs = {(k, p.replace("{v}", sim2.driver_version)) for k, p in theirs}
     ours = _paths(_plan(sim2, ("0", "1"), Cap.all()))
     v = sim2.driver_version
-    deviations = {("mount", f"/usr/lib/x86_64-linux-gnu/{n}.so.{v}")  # deviations.py
+    deviations = {("mount", f"/usr/lib/x86_64-linux-gnu/{n}.so.{v}")  # docs/hook.md, deviations
                   for n in ("libGL", "libEGL", "libGLESv1_CM", "libGLESv2")}
     assert sorted(theirs - ours) == sorted(deviations)
     # and beyond NVIDIA's: the OpenCL vendor file and the GPUs' DRM nodes
@@ -85,7 +85,7 @@ def test_capability_gates(sim2: SimRoot) -> None:
 
 def test_non_glvnd_gl_libraries_stay_out(sim2: SimRoot) -> None:
     """Unlike NVIDIA's CDI spec: ldconfig would make libGL.so.1 point at them and replace the
-    image's GLVND dispatcher (nvhook/deviations.py)."""
+    image's GLVND dispatcher (docs/hook.md, deviations)."""
     plan = _plan(sim2, ("0",), Cap.GRAPHICS)
     lib = f"/usr/lib/x86_64-linux-gnu/libGL.so.{sim2.driver_version}"
     assert ("mount", lib) not in _paths(plan)
