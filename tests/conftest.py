@@ -9,6 +9,7 @@ import pytest
 pytest_plugins = [
     "tests.fixtures.hostguard",
     "tests.fixtures.nodes",
+    "tests.fixtures.cgroup2_node",
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.realdriver",

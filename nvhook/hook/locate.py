@@ -29,37 +29,84 @@ def no_bundle(bundle: str) -> bool:
 
 
 def bundle_spec_path(state: State, cwd: str | None) -> str:
-    """`<bundle>/config.json`; for a "/" bundle crun's own copy (`runtime_spec_path`), never
-    `/config.json` (SpecError when there is none: what the state gave and what to do)."""
+    """`<bundle>/config.json`; for a "/" bundle the runtime's (`runtime_spec_candidates`),
+    never `/config.json` (SpecError when none is found: what the state gave, what to do)."""
     if not no_bundle(state.bundle):
         return go_join(resolve_bundle(state.bundle, cwd), "config.json")
     import os
 
-    path = runtime_spec_path(state, _host_uid(os.geteuid()))
-    if path and os.path.isfile(path):
-        return path
+    tried = runtime_spec_candidates(state, _runtime_argvs(), _host_uid(os.geteuid()))
+    for path in tried:
+        if os.path.isfile(path):
+            return path
     where = f" (the state names the rootfs {state.root})" if state.root else ""
     raise SpecError(
         f"could not open OCI spec: the state's bundle is \"/\"{where}, not a bundle "
-        f"directory, and crun's copy {path or '(no container id in the state)'} is missing "
-        "(the runtime ran with another --root? run the hook from the runtime wrapper)")
+        f"directory, and the runtime's config.json is not at {', '.join(tried) or '-'} "
+        "(run the hook from the runtime wrapper, or with a runtime that names the bundle)")
 
 
 CRUN_STATE_DIRS = ("/run/crun", "/run/user/{uid}/crun")  # crun's default --root: root, others
 MAX_ID = 1024
+MAX_ANCESTORS = 4  # the runtime is the hook's parent, or a launcher's
 
 
-def runtime_spec_path(state: State, euid: int) -> str:
-    """crun's copy of the container's config.json in its state directory (default --root), for
-    a state whose bundle is "/" (crun 1.28 gives createRuntime hooks its working directory,
-    "/", when Podman runs it there: `--userns=auto` with a CDI device); "" when the state
-    names no valid container id (pure)."""
+def runtime_spec_candidates(state: State, argvs: list[list[str]], euid: int) -> list[str]:
+    """Where the container's config.json is when the state's bundle is "/" (crun 1.28 gives
+    createRuntime hooks its working directory, "/", when Podman runs it with --userns=auto or
+    rootless --userns=nomap and a CDI device): the `--bundle` of the runtime among the hook's
+    ancestors (`argvs`, nearest first), crun's copy in its state dir (`--root`, else its
+    default for `euid`, the hook's uid in the initial namespace) by the state's container id;
+    each used only if its root.path is the state's rootfs (`check_spec_root`). Pure."""
     cid = state.id
-    if not cid or len(cid) > MAX_ID or cid in (".", "..") or not all(
-            c.isascii() and (c.isalnum() or c in "._-") for c in cid):
-        return ""
-    base = CRUN_STATE_DIRS[0] if euid == 0 else CRUN_STATE_DIRS[1].format(uid=euid)
-    return f"{base}/{cid}/config.json"
+    valid = bool(cid) and len(cid) <= MAX_ID and cid not in (".", "..") and all(
+        c.isascii() and (c.isalnum() or c in "._-") for c in cid)
+    out: list[str] = []
+    for argv in argvs:
+        if "create" not in argv and "run" not in argv:
+            continue  # not a runtime's create (the launcher's front, a shell)
+        bundle, root = _flag(argv, "--bundle", "-b"), _flag(argv, "--root")
+        if bundle.startswith("/"):
+            out.append(go_join(bundle, "config.json"))
+        if root.startswith("/") and valid:
+            out.append(go_join(root, cid, "config.json"))
+        break
+    if valid:
+        base = CRUN_STATE_DIRS[0] if euid == 0 else CRUN_STATE_DIRS[1].format(uid=euid)
+        out.append(f"{base}/{cid}/config.json")
+    return list(dict.fromkeys(out))
+
+
+def _flag(argv: list[str], *names: str) -> str:
+    """The value of the last of `names` in `argv` (`--name value` or `--name=value`)."""
+    value = ""
+    for i, word in enumerate(argv):
+        for name in names:
+            if word == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif word.startswith(name + "="):
+                value = word[len(name) + 1:]
+    return value
+
+
+def _runtime_argvs() -> list[list[str]]:
+    """The command lines of the hook's nearest ancestors (bounded reads of /proc)."""
+    import os
+
+    argvs: list[list[str]] = []
+    pid = os.getppid()
+    for _ in range(MAX_ANCESTORS):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as stream:
+                argvs.append([w.decode("utf-8", "replace")
+                              for w in stream.read(65536).split(b"\0")[:-1]])
+            with open(f"/proc/{pid}/stat", "rb") as stream:
+                pid = int(stream.read(4096).rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 1:
+            break
+    return argvs
 
 
 def _host_uid(euid: int) -> int:

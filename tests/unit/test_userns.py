@@ -87,17 +87,29 @@ def test_cdi_hook_takes_the_state_root_without_config_json() -> None:
     assert state_root(state, "/") == ("/var/tmp/intermediate-mountpoint-0.0", None)
 
 
-@pytest.mark.parametrize(("cid", "euid", "want"), [
-    ("e1911612a364", 0, "/run/crun/e1911612a364/config.json"),
-    ("e1911612a364", 1000, "/run/user/1000/crun/e1911612a364/config.json"),  # rootless
-    ("../../etc", 0, ""), ("a/b", 0, ""), ("..", 0, ""), ("", 0, ""), ("x" * 1025, 0, ""),
-], ids=["root", "rootless", "dotdot", "slash", "parent", "none", "long"])
-def test_runtime_spec_path(cid: str, euid: int, want: str) -> None:
-    """A "/" bundle (crun 1.28 under Podman --userns=auto/nomap with a CDI device): crun's own
-    copy of config.json, named by a container id that cannot leave crun's state dir."""
-    from nvhook.hook.locate import runtime_spec_path
+CRUN = ["/usr/bin/crun", "--log-format=json", "create", "--bundle", "/var/lib/c/u", "ID"]
 
-    assert runtime_spec_path(oci.State(1, "/", "/var/tmp/im", cid), euid) == want
+
+@pytest.mark.parametrize(("cid", "argvs", "euid", "want"), [
+    ("e19116", [], 0, ["/run/crun/e19116/config.json"]),
+    ("e19116", [], 1000, ["/run/user/1000/crun/e19116/config.json"]),  # rootless
+    ("e19116", [["sh", "front"], CRUN], 0, ["/var/lib/c/u/config.json",
+                                             "/run/crun/e19116/config.json"]),
+    ("e19116", [["crun", "--root=/tmp/r", "create", "-b", "/b", "x"]], 0,
+     ["/b/config.json", "/tmp/r/e19116/config.json", "/run/crun/e19116/config.json"]),
+    ("e19116", [["crun", "create", "--bundle", "rel"]], 0, ["/run/crun/e19116/config.json"]),
+    ("../../etc", [], 0, []), ("a/b", [], 0, []), ("..", [], 0, []), ("", [CRUN], 0,
+                                                                        ["/var/lib/c/u/config.json"]),
+    ("x" * 1025, [], 0, []),
+], ids=["root", "rootless", "parent-bundle", "root-flag", "relative-bundle", "dotdot", "slash",
+        "parent", "no-id", "long"])
+def test_runtime_spec_candidates(cid: str, argvs: list[list[str]], euid: int,
+                                 want: list[str]) -> None:
+    """A "/" bundle (crun 1.28 under Podman --userns=auto/nomap with a CDI device): the
+    runtime's --bundle, crun's own copy by a container id that cannot leave its state dir."""
+    from nvhook.hook.locate import runtime_spec_candidates
+
+    assert runtime_spec_candidates(oci.State(1, "/", "/var/tmp/im", cid), argvs, euid) == want
 
 
 def test_a_copy_found_by_id_must_name_the_states_rootfs() -> None:
