@@ -124,13 +124,35 @@ def _host_uid(euid: int) -> int:
 
 
 def load_bundle_spec(state: State, cwd: str | None) -> Spec:
-    """The container's config.json (`bundle_spec_path`), checked (`check_spec_root`)."""
+    """The container's config.json: the bundle's; for a "/" bundle the first of the runtime's
+    (`runtime_spec_candidates`) whose root.path is the state's rootfs (`check_spec_root`)."""
+    import os
+
     from nvhook.hook.oci import parse_spec, read_spec_file
 
-    path = bundle_spec_path(state, cwd)
-    spec = parse_spec(path, read_spec_file(path))
-    check_spec_root(state, spec)
-    return spec
+    if not no_bundle(state.bundle):
+        path = bundle_spec_path(state, cwd)
+        return parse_spec(path, read_spec_file(path))
+    tried = runtime_spec_candidates(state, _runtime_argvs(), _host_uid(os.geteuid()))
+    why = ""
+    for path in (p for p in tried if os.path.isfile(p)):
+        spec = parse_spec(path, read_spec_file(path))
+        try:
+            check_spec_root(state, spec)
+        except SpecError as err:
+            why = f": {err}"
+            continue
+        return spec
+    raise _none_of(state, tried, why)
+
+
+def _none_of(state: State, tried: list[str], why: str) -> SpecError:
+    where = f" (the state names the rootfs {state.root})" if state.root else ""
+    return SpecError(
+        f"could not open OCI spec: the state's bundle is \"/\"{where}, not a bundle "
+        f"directory, and no config.json of the runtime's is this container's (tried "
+        f"{', '.join(tried) or 'none: no container id'}){why} (run the hook from the runtime "
+        "wrapper, or with a runtime that names the bundle)")
 
 
 def check_spec_root(state: State, spec: Spec) -> None:
