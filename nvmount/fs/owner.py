@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import errno
 
+from nvmount.privileges import effective, set_effective  # not lazily: used after setns
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,8 +36,6 @@ def create_as_owner(libc: Libc, owner: tuple[int, int], create: Callable[[], T],
         except OSError as err:
             if err.errno != errno.EOVERFLOW or owner == (0, 0):
                 raise
-    from nvmount.privileges import effective, set_effective
-
     before = effective()
     old = libc.set_fs_ids(*owner)
     try:

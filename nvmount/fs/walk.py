@@ -19,6 +19,7 @@ import posixpath
 import stat
 
 from nvmount.errors import PathError
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.paths import (
     MAX_ROOT_WALK_STEPS,
     MAX_SYMLINKS,
@@ -282,8 +283,6 @@ class Walker:
     def _create(self, create: Callable[[], T]) -> T:
         """`create()` as host root, or as the owner where the filesystem has no id for host
         root (an id-mapped rootfs: `nvmount.fs.owner`)."""
-        from nvmount.fs.owner import create_as_owner
-
         return create_as_owner(self.root.libc, (self.uid, self.gid), create)
 
     def _born_owned(self, pfd: int) -> bool:

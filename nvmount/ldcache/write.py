@@ -33,6 +33,7 @@ import stat
 from nvmount import _libc
 from nvmount.discover.ldcache import MACHINE_ARCHES
 from nvmount.errors import LdcacheError, PathError, strerror
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.ldcache import image
 from nvmount.log import get_logger
 from nvmount.records import replace
@@ -198,8 +199,6 @@ def _install(etc: int, data: bytes, owner: tuple[int, int], journal: Journal,
              libc: Libc) -> None:
     """Write `data` under a fresh name and swap it in; journal the undo (see the docstring).
     Created as `owner` where the rootfs has no id for host root (`nvmount.fs.owner`)."""
-    from nvmount.fs.owner import create_as_owner
-
     tmp = f".{CACHE_NAME}~nvhook-{os.urandom(6).hex()}"
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -231,8 +230,6 @@ def _install(etc: int, data: bytes, owner: tuple[int, int], journal: Journal,
 def _swap_in(etc: int, tmp: str, owner: tuple[int, int], libc: Libc) -> bool:
     """Put `tmp` at the cache's name: exchanged with the old entry (True) or, when there was
     none, renamed without replacing anything (False)."""
-    from nvmount.fs.owner import create_as_owner
-
     try:
         create_as_owner(libc, owner, lambda: libc.renameat2(etc, tmp, etc, CACHE_NAME,
                                                             _libc.RENAME_EXCHANGE))

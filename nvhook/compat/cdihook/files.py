@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.paths import split_leaf
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -54,8 +55,6 @@ def parent_dir(root: Root, path: str, owner: tuple[int, int]) -> int:
 
 
 def _link_in(pfd: int, name: str, text: str, owner: tuple[int, int], libc: Libc) -> bool:
-    from nvmount.fs.owner import create_as_owner
-
     own = owner == (os.geteuid(), os.getegid())
     if own:  # a new name: one symlinkat, which never follows or replaces anything
         try:
@@ -89,8 +88,6 @@ def write_file(root: Root, path: str, data: bytes, mode: int, owner: tuple[int, 
     pfd = parent_dir(root, parent, owner) if dir_mode == 0o755 else \
         root.ensure_dir(parent, dir_mode, *owner)[0]
     try:
-        from nvmount.fs.owner import create_as_owner
-
         target = _tmp_name() if replace else name
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = create_as_owner(root.libc, owner, lambda: os.open(target, flags, 0o600,
