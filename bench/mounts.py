@@ -6,7 +6,7 @@ For each simulated GPU count: the plan of a GPU container (NVIDIA_VISIBLE_DEVICE
 utility+compute) against the demo rootfs, then N repetitions, each in a forked child with a
 private mount namespace on a fresh copy of the rootfs (made outside the timed section) whose
 /proc is a procfs with the simulated /proc/driver tmpfs in it, as the container's is at
-prestart. The timed section is `engine_run.Run._mount` without the setns (the child is the
+prestart. The timed section is `nvmount.effects.Run._mount` without the setns (the child is the
 namespace): the host's peer groups, the sources cloned, the rootfs opened, the plan applied
 and the journal committed. Reported: wall and CPU (the child's, during the section) medians,
 and with --syscalls the syscalls of the section by name (`strace -c` attached to the child
@@ -43,15 +43,15 @@ def sim_root(work: Path, gpus: int) -> Path:
 def make_plan(sim: Path, rootfs: Path, devices: str = "all") -> object:
     from nvhook.config.load import load_config
     from nvhook.hook.mount import engine_options
-    from nvmount import engine
+    from nvmount import pipeline
     from nvmount._libc import Libc
     from nvmount.capabilities import DriverCapability as C
-    from nvmount.engine_types import EngineRequest
+    from nvmount.requests import EngineRequest
 
     config = load_config(str(sim / "config.toml"), {})
     options = engine_options(config)
     request = EngineRequest(devices=(devices,), capabilities=C.UTILITY | C.COMPUTE)
-    plan = engine.plan_only(request, str(rootfs), options, Libc())
+    plan = pipeline.plan_only(request, str(rootfs), options, Libc())
     assert plan is not None, f"no driver in {sim}"
     return plan
 

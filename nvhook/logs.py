@@ -17,6 +17,7 @@ from nvmount.log import DEBUG, WARNING, Sink, escape, get_logger, install, insta
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     import logging
+    from typing import TextIO
 
 _STDERR_ALIASES = frozenset(("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"))
 
@@ -71,12 +72,31 @@ def attach_log_file(path: str) -> None:
         if path in _STDERR_ALIASES:
             sink.level = DEBUG
             return
-        failed = sink.open_file(path) if path != "/dev/null" else None
-        if failed is not None:
+        if path == "/dev/null":
+            return
+        stream, failed = open_debug_log(path)
+        if stream is not None:
+            sink.file = stream
+        else:
             get_logger("nvhook").warning(
                 "open debug log %s: %s (check nvidia-container-cli.debug)", path, failed)
         return
     _attach_std_log_file(path)
+
+
+def open_debug_log(path: str) -> tuple[TextIO | None, str | None]:
+    """(the file, opened to append, None), or (None, why not): `path` must be a trusted log
+    file (`nvmount.fs.trusted.open_log`)."""
+    from nvmount.errors import TrustError
+    from nvmount.fs.trusted import open_log
+
+    try:
+        fd = open_log(path, "debug log")
+    except TrustError as err:
+        return None, err.detail
+    except OSError as err:
+        return None, err.strerror or str(err)
+    return os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace"), None
 
 
 def _attach_std_log_file(path: str) -> None:
@@ -90,16 +110,10 @@ def _attach_std_log_file(path: str) -> None:
         return
     if path == "/dev/null":
         return
-    from nvmount.errors import TrustError
-    from nvmount.fs.trusted import open_log
-
-    try:
-        stream = os.fdopen(open_log(path, "debug log"), "a", encoding="utf-8",
-                           errors="backslashreplace")
-    except (TrustError, OSError) as err:
-        cause = err.detail if isinstance(err, TrustError) else err.strerror
+    stream, failed = open_debug_log(path)
+    if stream is None:
         logging.getLogger("nvhook").warning(
-            "open debug log %s: %s (check nvidia-container-cli.debug)", path, cause)
+            "open debug log %s: %s (check nvidia-container-cli.debug)", path, failed)
         return
     handler = logging.StreamHandler(stream)
     handler.setFormatter(

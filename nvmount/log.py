@@ -6,9 +6,11 @@ as with the standard library. Where records go is decided once per process:
 - no sink installed (library use, tests, off-path commands): each record is handed to the
   standard `logging` (imported then), so `caplog` and logging handlers see everything;
 - the hook's command line installs a `Sink` (`install`): records at or above its level are
-  written as one escaped line to stderr (the message only) and, with a debug file, every
-  record to that file (`<time> <pid> <LEVEL> <name>: <message>`), appended; `logging` is never
-  imported. A record below every threshold costs one comparison.
+  written as one escaped line to stderr (the message only) and, with a debug file (`file`,
+  opened by the caller as a trusted log file: `nvhook.logs.open_debug_log`), every record to
+  that file (`<time> <pid> <LEVEL> <name>: <message>`), appended; `logging` is never
+  imported. This module opens no file (it is below `nvmount.fs`, which logs through it). A
+  record below every threshold costs one comparison.
 
 Every formatted message is escaped (`escape`): control characters, newlines included, are shown
 as `\\n`, `\\x1b`, ..., so a string from the image or the spec cannot forge a log line or
@@ -62,21 +64,6 @@ class Sink:
             self.file.write(f"{stamp},{int(now % 1 * 1000):03d} {os.getpid()} "
                             f"{LEVEL_NAMES.get(level, str(level))} {name}: {line}\n")
             self.file.flush()
-
-    def open_file(self, path: str) -> str | None:
-        """Also append every record to `path`; the error text if it cannot be opened (or is
-        not a trusted log file: `nvmount.fs.trusted.open_log`)."""
-        from nvmount.errors import TrustError
-        from nvmount.fs.trusted import open_log
-
-        try:
-            fd = open_log(path, "debug log")
-        except TrustError as err:
-            return err.detail
-        except OSError as err:
-            return err.strerror or str(err)
-        self.file = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
-        return None
 
 
 _SINK: list[Sink | None] = [None]  # the installed sink (None: hand records to `logging`)

@@ -26,7 +26,7 @@
 # Idempotent: a second run installs nothing and, with an unchanged pyproject.toml, skips pip.
 set -euo pipefail
 
-BASE=(runc gcc libc6-dev busybox-static libcap-dev python3-venv python3-dev bpftool)
+BASE=(runc gcc libc6-dev busybox-static libcap-dev python3-venv python3-dev bpftool shellcheck)
 CLIENTS=(docker.io containerd podman netavark crun uidmap mmdebstrap)
 # engines that Debian's docker.io/containerd/runc conflict with (Docker CE, Docker EE, Moby)
 ENGINES=(docker-ce docker-ce-cli docker-ee docker-ee-cli docker-engine containerd.io
@@ -108,9 +108,9 @@ archive_versions() {  # "package version" of each of "$@" that Debian's or Ubunt
 foreign() {  # $1 (installed) is from another origin: newer than every Debian/Ubuntu version;
     local have v        # $2: the output of archive_versions
     have=$(dpkg-query -W -f='${Version}' "$1")
-    for v in $(awk -v p="$1" '$1 == p { print $2 }' <<<"$2"); do
+    while read -r v; do
         dpkg --compare-versions "$v" ge "$have" && return 1
-    done
+    done < <(awk -v p="$1" '$1 == p { print $2 }' <<<"$2")
     return 0
 }
 

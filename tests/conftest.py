@@ -6,6 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+_RUN_BEFORE = pytest.StashKey[set[str]]()
+_RUN_LEFT = pytest.StashKey[list[str]]()
+
 pytest_plugins = [
     "tests.fixtures.hostguard",
     "tests.fixtures.nodes",
@@ -20,6 +23,51 @@ pytest_plugins = [
     "tests.fixtures.cri_host",
 ]
 
+_RUN = "/run"
+_STATE_ROOTS = ("runc", "crun")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError):
+        session.config.stash[_RUN_BEFORE] = set(os.listdir(_RUN))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Note the entries of /run this session's start did not find there (a test that left a
+    runtime's state root, a socket, a cache): the README's test command on a fresh machine
+    leaves /run as it found it. runc's and crun's default state roots (/run/runc, /run/crun:
+    a container run without --root) that this session made go again when empty. Other
+    processes on a shared machine add entries too, so the rest is reported
+    (`pytest_terminal_summary`); NVHOOK_RUN_STRICT=1 (a fresh CI machine) fails on it."""
+    import os
+
+    before = session.config.stash.get(_RUN_BEFORE, None)
+    try:
+        left = sorted(set(os.listdir(_RUN)) - before) if before is not None else []
+    except OSError:
+        left = []
+    for name in [n for n in left if n in _STATE_ROOTS]:  # runc's and crun's default state
+        try:  # roots (a test that runs them without --root): gone when this session made
+            os.rmdir(os.path.join(_RUN, name))  # them and they are empty again
+            left.remove(name)
+        except OSError:
+            pass
+    session.config.stash[_RUN_LEFT] = left
+    if left and os.environ.get("NVHOOK_RUN_STRICT") == "1":
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    left = config.stash.get(_RUN_LEFT, [])
+    if left:
+        terminalreporter.write_line(
+            f"/run: this session left {', '.join(f'{_RUN}/{n}' for n in left)} (a test's state "
+            "root or socket belongs under its tmp_path; other processes may add entries too)",
+            yellow=True)
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from tests.fixtures.nodes import parametrize_nodes

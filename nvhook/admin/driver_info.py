@@ -30,9 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nvhook.flags import GlobalOptions
-    from nvmount.discover.inventory import DriverInventory, Gpu
-    from nvmount.discover.options import DiscoveryOptions
-    from nvmount.plan.selection import Selection
+    from nvmount.api import DiscoveryOptions, DriverInventory, Gpu, Selection
 
 log = get_logger(__name__)
 
@@ -53,14 +51,13 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def _discover(opts: GlobalOptions, discovery: DiscoveryOptions | None = None) -> DriverInventory:
     from nvhook.config.load import load_config
-    from nvmount.discover.driver import discover_driver
-    from nvmount.discover.options import DiscoveryOptions
+    from nvmount.api import DiscoveryOptions, discover_driver
     from nvmount.records import replace
 
     cfg = load_config(opts.config_path, os.environ)
     discovery = replace(discovery or DiscoveryOptions(), mps_pipe_dir=cfg.nvhook.mps_pipe_directory,
                         sys_root=cfg.nvhook.sys_root, nvml_timeout=cfg.nvhook.nvml_timeout)
-    from nvmount.engine import missing_root
+    from nvmount.api import missing_root
     from nvmount.errors import DriverError
 
     missing = missing_root(cfg.cli.root or "/")
@@ -76,8 +73,7 @@ def _discover_cached(opts: GlobalOptions, fresh: bool) -> tuple[DriverInventory,
     NVML now, saying what the cache held (it is rewritten)."""
     from nvhook.config.load import load_config
     from nvhook.hook.mount import engine_options
-    from nvmount.engine import discover_cached
-    from nvmount.faults import Faults
+    from nvmount.api import Faults, discover_cached
 
     config = load_config(opts.config_path, os.environ)
     inventory, cache = discover_cached(engine_options(config), Faults(), fresh=fresh)
@@ -198,8 +194,7 @@ def _list_parser() -> argparse.ArgumentParser:
 
 
 def main_list(argv: list[str], opts: GlobalOptions) -> int:
-    from nvmount.discover.options import DiscoveryOptions
-    from nvmount.plan.selection import select_devices
+    from nvmount.api import DiscoveryOptions, select_devices
 
     args = _list_parser().parse_args(argv)
     if not (args.device or args.libraries or args.binaries or args.ipcs or args.firmwares

@@ -121,7 +121,12 @@ def _generate(args: argparse.Namespace, config: HookConfig) -> int:
     spec = generate_spec(config, options_of(args))
     text = render(spec, format_of(args.output, args.format))
     if args.output:
+        from nvhook.cdi.recorded import generate_warning
+
         write_atomically(args.output, text)
+        warning = generate_warning(config.path)
+        if warning:
+            sys.stderr.write(warning + "\n")
         sys.stderr.write(f"nvhook cdi: wrote {args.output}: {len(spec['devices'])} devices, "
                          f"cdiVersion {spec['cdiVersion']}\n")
     else:
@@ -176,20 +181,16 @@ def check_one(path: str, config: HookConfig, *, refresh: bool, hook_path: str | 
         author,
         differences,
         read_spec,
-        recorded_config,
         regenerate,
         vanished,
     )
+    from nvhook.cdi.recorded import policy
 
     old = read_spec(path)
     who = author(old)
     if who != "nvhook":
         return _foreign(path, old, who, refresh=refresh, named=named)
-    recorded = recorded_config(old)
-    if recorded and not explicit and recorded != config.path:
-        from nvhook.config.load import load_config
-
-        config = load_config(recorded, {})
+    config = policy(old, config, path, explicit=explicit, hook_path=hook_path)
     new = regenerate(old, config, hook_path=hook_path or None)
     why = differences(old, new)
     if not why:

@@ -16,7 +16,6 @@ release vendors (its go.mod), from the first release with that library:
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
@@ -55,10 +54,12 @@ def _key(version: str) -> tuple[int, ...]:
 
 def installed(path_env: str, *, timeout: float = 10) -> dict[str, tuple[str, str]]:
     """{engine: (binary, version)} of the engines on `path_env`."""
+    from nvhook.admin.programs import trusted_which
+
     found = {}
     for engine, name in BINARIES.items():
-        binary = _which(name, path_env)
-        if binary is None:
+        binary = trusted_which(name, path_env)
+        if binary is None:  # absent, or where a user could have put it: not run
             continue
         try:
             proc = subprocess.run([binary, "--version"], capture_output=True, text=True,
@@ -69,14 +70,6 @@ def installed(path_env: str, *, timeout: float = 10) -> dict[str, tuple[str, str
         if match:
             found[engine] = (binary, match.group(0))
     return found
-
-
-def _which(name: str, path_env: str) -> str | None:
-    for directory in path_env.split(":"):
-        path = os.path.join(directory, name)
-        if directory.startswith("/") and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def unreadable(spec_version: str, engines: dict[str, tuple[str, str]]) -> list[str]:

@@ -21,9 +21,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from nvhook.cdi.spec_hook_args import HookInputs
     from nvhook.config.model import HookConfig
-    from nvmount.container.types import ContainerLayout
-    from nvmount.discover.inventory import DriverInventory
-    from nvmount.engine_types import EngineOptions
+    from nvmount.api import ContainerLayout, DriverInventory, EngineOptions
 
 DEFAULT_HOOK = "/usr/bin/nvhook"  # the package's launcher (hookpath.PACKAGE_LAUNCHER)
 _MAJORS = ("nvidia-frontend", "nvidia-uvm", "nvidia-caps", "nvidia-caps-imex-channels")
@@ -50,7 +48,7 @@ class GenerateOptions:
 
 
 class _Layout:
-    """What `nvmount.engine.make_plan` reads of a container: its layout."""
+    """What `nvmount.pipeline.make_plan` reads of a container: its layout."""
 
     def __init__(self, layout: object) -> None:
         self.layout = layout
@@ -60,9 +58,7 @@ def generate_spec(config: HookConfig, options: GenerateOptions | None = None) ->
     """The spec for the GPUs and MIG devices of this host (see GenerateOptions)."""
     from nvhook.cdi.stamp import driver_state, make_stamp
     from nvhook.hook.mount import engine_options
-    from nvmount.discover.devices import read_char_majors
-    from nvmount.engine import discover_cached
-    from nvmount.faults import Faults
+    from nvmount.api import Faults, discover_cached, read_char_majors
 
     options = options or GenerateOptions()
     if options.strategy not in S.STRATEGIES:
@@ -137,8 +133,8 @@ def _base_inputs(inventory: DriverInventory, eopts: EngineOptions,
                  config: HookConfig) -> HookInputs:
     """The hook's host settings (the rest comes from the plans)."""
     from nvhook.cdi.spec_hook_args import HookInputs
-    from nvmount.capabilities import DriverCapability as Cap
-    from nvmount.plan.types import CompatMode
+    from nvmount.api import CompatMode
+    from nvmount.api import DriverCapability as Cap
 
     inputs = HookInputs()
     inputs.driver_root = inventory.root
@@ -171,10 +167,10 @@ def spec_layout(root: str) -> ContainerLayout:
     multiarch directories when the root is of the Debian family (/etc/debian_version) or
     keeps its libraries there, else /usr/lib64; binaries in /usr/bin. A spec's container
     paths are those the legacy hook gives such an image."""
-    from nvmount.container.layout import _DEBIAN_DIRS, choose_layout
+    from nvmount.api import DEBIAN_DIRS, choose_layout
 
     machine = os.uname().machine
-    multiarch = _DEBIAN_DIRS.get(machine, ("", ""))[0]
+    multiarch = DEBIAN_DIRS.get(machine, ("", ""))[0]
 
     def there(path: str) -> str:
         return os.path.join(root, path.lstrip("/"))
@@ -194,8 +190,7 @@ def host_layout(inventory: DriverInventory) -> object:
 
 def _planner(inventory: DriverInventory, where: _Layout, config: HookConfig,
              options: Any) -> Any:
-    from nvmount.engine import make_plan, select_and_check
-    from nvmount.engine_types import EngineRequest
+    from nvmount.api import EngineRequest, make_plan, select_and_check
 
     def plan(devices: tuple[str, ...], features: tuple[str, ...] = ()) -> Any:
         request = EngineRequest(devices=devices, features=features,

@@ -57,13 +57,10 @@ def _spec_findings(path: str, config: HookConfig, engines: dict[str, tuple[str, 
 
 
 def _fresh(path: str, spec: dict[str, Any], config: HookConfig) -> Finding:
-    from nvhook.cdi.check import differences, recorded_config, regenerate
+    from nvhook.cdi.check import differences, regenerate
+    from nvhook.cdi.recorded import policy
 
-    recorded = recorded_config(spec)
-    if recorded and recorded != config.path:
-        from nvhook.config.load import load_config
-
-        config = load_config(recorded, {})
+    config = policy(spec, config, path, explicit=False, hook_path=None)
     why = differences(spec, regenerate(spec, config))
     if why:
         return ("warn", f"{path} is stale: {'; '.join(why)}", "nvhook cdi check --refresh")

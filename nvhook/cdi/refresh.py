@@ -7,7 +7,9 @@ upgrade, a module load or unload, a GPU bound or unbound, and every minute for M
 3. Our spec at PATH: when the driver's state (`nvhook.cdi.stamp.driver_state`: version,
    majors, GPUs, MIG instances) and the files it names are unchanged, nothing more is done
    (no NVML: the periodic run costs a few stats); otherwise it is regenerated with the
-   options and config it records, and rewritten atomically when it differs.
+   options and config it records, and rewritten atomically when it differs. What it records
+   (config, driver root, hook path) is policy: each must pass the trusted-path rule now
+   (`nvhook.cdi.recorded`), else the spec is kept as it was and the run fails in one line.
 4. Any other file at PATH (another tool's spec, or one that does not read): left alone, a
    one-line error.
 
@@ -64,8 +66,9 @@ def unchanged(spec: dict[str, Any], proc_root: str) -> bool:
 def refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
             render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
     """Bring the spec at `output` up to date; what was done, for the log."""
-    from nvhook.cdi.check import author, differences, read_spec, recorded_config, regenerate
+    from nvhook.cdi.check import author, differences, read_spec, regenerate
     from nvhook.cdi.generate import write_atomically
+    from nvhook.cdi.recorded import policy
 
     proc_root = config.nvhook.proc_root or "/proc"
     if not os.path.lexists(output):
@@ -78,12 +81,8 @@ def refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], di
                        "as it is (regenerate it with that tool, or use another --output)")
     if unchanged(old, proc_root):
         return f"{output}: current (driver state unchanged)"
-    recorded = recorded_config(old)
-    if recorded and recorded != config.path:
-        from nvhook.config.load import load_config
-
-        config = load_config(recorded, {})
-    new = when_ready(lambda: regenerate(old, config), proc_root, wait)
+    config = policy(old, config, output, explicit=False, hook_path=None)
+    new = when_ready(lambda: regenerate(old, config), config.nvhook.proc_root or "/proc", wait)
     why = differences(old, new)
     if not why:
         return f"{output}: current"

@@ -27,8 +27,8 @@ import os
 from nvhook.cdi.document import minimal_version, version_key
 from nvhook.cdi.spec_hook_args import DeviceEntry, HookInputs, grant_env, render
 from nvhook.errors import CdiError
-from nvmount.plan.delivery import RUNTIME_MOUNTS
-from nvmount.plan.types import Bind, MountFlag, MountPlan, SourceKind, Symlink
+from nvmount.api import RUNTIME_MOUNTS, Bind, MountFlag, MountPlan, Symlink
+from nvmount.fs.paths import SourceKind
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 
 Everything it needs is in its arguments (`nvhook.cdi.spec_hook_args`): no config file, no NVML, no
 discovery. One process per container applies, in one pass of the same fd-safe engine as the
-legacy hook (`nvmount.engine.configure_with_plan`), what a runtime cannot do from a spec: the
+legacy hook (`nvmount.api.configure_with_plan`), what a runtime cannot do from a spec: the
 procfs view, the application profile, the links, the MIG access files and the ld.so.cache
 (`nvhook.cdi.spec_hook_plan`).
 
@@ -149,14 +149,12 @@ def node_mismatch(path: str, major: int, minor: int) -> str:
 def apply(inputs: HookInputs, granted: tuple[str, ...], pid: int, rootfs: str) -> Any:
     """Run the hook's plan on the container (the engine's effects)."""
     from nvhook.cdi.spec_hook_plan import OPTIONAL, hook_plan
-    from nvmount import engine
-    from nvmount._libc import Libc
-    from nvmount.engine_types import EngineOptions
+    from nvmount.api import EngineOptions, Libc, configure_with_plan
     from nvmount.log import get_logger
 
     proc_files: tuple[Any, ...] = ()
     if inputs.proc_dir:
-        from nvmount.discover.procfiles import read_proc_files
+        from nvmount.api import read_proc_files
 
         proc_files = read_proc_files(inputs.proc_dir)
     options = EngineOptions(root=inputs.driver_root, ldconfig=inputs.ldconfig,
@@ -171,4 +169,4 @@ def apply(inputs: HookInputs, granted: tuple[str, ...], pid: int, rootfs: str) -
             log.warning("%s", warning)
         return plan
 
-    return engine.configure_with_plan(make, pid, rootfs, options, Libc())
+    return configure_with_plan(make, pid, rootfs, options, Libc())

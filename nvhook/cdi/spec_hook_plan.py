@@ -18,22 +18,27 @@ from __future__ import annotations
 
 import posixpath
 
-from nvmount.capabilities import UNGATED
-from nvmount.plan.procfs import (
+from nvmount.api import (
     APP_PROFILE_DIR,
     APP_PROFILE_FILE,
     APP_PROFILE_MODE,
     PROC_DRIVER,
+    RO_PROC,
+    UNGATED,
+    Bind,
+    MountPlan,
+    Symlink,
+    Tmpfs,
+    WriteFile,
     app_profile_bytes,
     rewrite_params,
 )
-from nvmount.plan.types import RO_PROC, Bind, MountPlan, SourceKind, Symlink, Tmpfs, WriteFile
+from nvmount.fs.paths import SourceKind
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.cdi.spec_hook_args import HookInputs
-    from nvmount.container.types import ContainerLayout
-    from nvmount.plan.types import PlanEntry, ProcFile
+    from nvmount.api import ContainerLayout, PlanEntry, ProcFile
 
 # labels of the entries a read-only target may skip (EngineOptions.optional)
 OPTIONAL = frozenset(("driver link", "dri link", "application profiles"))
@@ -102,7 +107,7 @@ def _in_proc(proc_dir: str, host_path: str) -> str:
 def _compat_dirs(inputs: HookInputs, layout: ContainerLayout) -> tuple[str, ...]:
     if inputs.compat_mode == "disabled" or not inputs.folders:
         return ()
-    from nvmount.plan.mounts import newer_compat_dirs
+    from nvmount.api import newer_compat_dirs
 
     return newer_compat_dirs(inputs.driver_version, layout.cuda_compat_libs)
 

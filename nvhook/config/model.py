@@ -14,8 +14,8 @@ import os
 
 from nvhook.config.host import default_ldconfig, default_user, normalise_ldconfig
 from nvhook.errors import ConfigError
+from nvmount.api import KNOWN_CAPABILITIES, DriverCapability
 from nvmount.bounds import shorten
-from nvmount.capabilities import KNOWN_CAPABILITIES, DriverCapability
 from nvmount.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms

@@ -1,7 +1,7 @@
 """Bridge from the hook's decision to the mount engine (owned by the engine integrator).
 
 `run_engine` is called by `nvhook.hook.prestart` for GPU containers. It maps `HookConfig` to
-`nvmount.engine.EngineOptions` and `ContainerRequest` to `EngineRequest` (what NVIDIA's hook
+`nvmount.requests.EngineOptions` and `ContainerRequest` to `EngineRequest` (what NVIDIA's hook
 turns into `nvidia-container-cli configure` flags, hook-spec §1.16), then:
 
 - real run: `configure_container` for the container's pid and rootfs; returns None. Errors
@@ -27,7 +27,7 @@ turns into `nvidia-container-cli configure` flags, hook-spec §1.16), then:
        "warnings": ["..."]}
 
 Spec mode: `delivered` (what the container's config.json makes the runtime do,
-`nvhook.hook.spec_mode`) is left out of what the engine applies (`nvmount.plan.delivery`).
+`nvhook.hook.spec_mode`) is left out of what the engine applies (`nvmount.plan.split`).
 
 Options: `timer` (a `nvmount.timing.PhaseTimer` the hook started first thing, with its
 `config` and `spec` phases) makes the timing record cover the whole hook; `environ` is where
@@ -42,10 +42,7 @@ if TYPE_CHECKING:
 
     from nvhook.config.model import HookConfig
     from nvhook.hook.request import ContainerRef, ContainerRequest
-    from nvmount.engine_types import EngineOptions, EngineRequest
-    from nvmount.plan.delivery import Delivered
-    from nvmount.plan.types import MountPlan
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import Delivered, EngineOptions, EngineRequest, MountPlan, PhaseTimer
 
 MAX_IMEX_CHANNEL = 1 << 20
 
@@ -64,10 +61,7 @@ def run_engine(
     """Configure the container for `request`; in dry-run, return the plan instead."""
     import os
 
-    from nvmount import engine
-    from nvmount._libc import Libc
-    from nvmount.faults import Faults
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import Faults, Libc, PhaseTimer, configure_container, plan_only, write_timing
 
     timer = timer or PhaseTimer()
     options = engine_options(config, container, limit_privileges=not dry_run,
@@ -75,19 +69,19 @@ def run_engine(
     ereq = engine_request(request)
     libc = Libc()
     if dry_run:
-        plan = engine.plan_only(ereq, container.rootfs, options, libc, timer=timer)
-        engine.write_timing(options, timer, container.pid, None, dry_run=True)
+        plan = plan_only(ereq, container.rootfs, options, libc, timer=timer)
+        write_timing(options, timer, container.pid, None, dry_run=True)
         return None if plan is None else plan_to_json(plan)
     faults = Faults.from_env(os.environ if environ is None else environ, debug=debug,
                              enabled=config.nvhook.test_faults)
-    engine.configure_container(ereq, container.pid, container.rootfs, options, libc,
-                               faults=faults, timer=timer)
+    configure_container(ereq, container.pid, container.rootfs, options, libc,
+                        faults=faults, timer=timer)
     return None
 
 
 def engine_request(request: ContainerRequest) -> EngineRequest:
     """ContainerRequest -> EngineRequest (the device ids as a tuple, end to end)."""
-    from nvmount.engine_types import EngineRequest
+    from nvmount.api import EngineRequest
 
     return EngineRequest(
         devices=tuple(request.devices),
@@ -137,8 +131,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
     import os
 
     from nvhook.hook.request import csv_mode
-    from nvmount.engine_types import EngineOptions
-    from nvmount.plan.types import CompatMode
+    from nvmount.api import CompatMode, EngineOptions
 
     cli, flags = config.cli, cli_flags or {}
     return EngineOptions(
@@ -168,7 +161,7 @@ def engine_options(config: HookConfig, container: ContainerRef | None = None, *,
 
 def plan_to_json(plan: MountPlan) -> dict[str, object]:
     """The dry-run document (shape in the module docstring and docs/architecture.md)."""
-    from nvmount.plan.types import Bind, Symlink, Tmpfs
+    from nvmount.api import Bind, Symlink, Tmpfs
 
     entries: list[dict[str, object]] = []
     by_cap: dict[str, list[str]] = {}

@@ -48,7 +48,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     from nvhook.hook.locate import load_bundle_spec
     from nvhook.hook.oci import load_state
     from nvhook.hook.request import derive_request
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import PhaseTimer
 
     timer = PhaseTimer()
     with timer.phase("config"):

@@ -20,8 +20,8 @@ from nvhook.hook.device_lists import (
     visible_devices,
 )
 from nvhook.hook.oci import Spec, field, json_kind
+from nvmount.api import DriverCapability
 from nvmount.bounds import MAX_DIGITS, long_number, shorten
-from nvmount.capabilities import DriverCapability
 from nvmount.log import get_logger
 from nvmount.records import record
 
@@ -231,7 +231,7 @@ def _capabilities_problem(requested: list[str], supported: tuple[str, ...]) -> s
     typo gets the nearest valid name (difflib, as a spell checker) and the valid values."""
     from difflib import get_close_matches
 
-    from nvmount.capabilities import KNOWN_CAPABILITIES
+    from nvmount.api import KNOWN_CAPABILITIES
 
     head = f"unsupported capabilities found in '{shorten(','.join(requested), 200)}'"
     unknown = [n for n in requested if n not in KNOWN_CAPABILITIES][:8]
@@ -283,7 +283,7 @@ def collect_requirements(env: dict[str, str], legacy: bool) -> tuple[str, ...]:
 def check_requirement_budgets(names: Sequence[str], env: dict[str, str]) -> None:
     """RequestError naming the variable when the NVIDIA_REQUIRE_* values exceed the engine's
     budgets (`nvmount.plan.requirements`): count, characters and conditions (atoms)."""
-    from nvmount.plan import requirements as R
+    from nvmount.api import requirements as R
 
     hint = "(shorten the value, or set NVIDIA_DISABLE_REQUIRE=true)"
     if len(names) > R.MAX_REQUIREMENTS:

@@ -5,7 +5,7 @@ Stage: between the spec (`nvhook.hook.oci`) and the engine; pure. With `[nvhook]
 nodes into `linux.devices` and its rules into `linux.resources.devices`
 (`nvhook.runtime.spec_entries`).
 The hook computes the same plan and leaves out what the spec already delivers
-(`nvmount.plan.delivery.hook_share`), reading it here from the spec it loaded anyway:
+(`nvmount.plan.split.hook_share`), reading it here from the spec it loaded anyway:
 
 - bind mounts: every `mounts` (source, destination) pair (normalised);
 - device nodes: `linux.devices` entries of type "c" with integer major and minor;
@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 
 from nvhook.hook.oci import Spec, field
-from nvmount.plan.delivery import Delivered
+from nvmount.api import Delivered
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

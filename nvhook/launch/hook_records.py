@@ -8,7 +8,9 @@ module: a test runs both. Stage: read (and the record's own files).
 - `container_key`: `PID-START` of the container's first process as the host's procfs shows
   it - the topmost ancestor that shares this process's mount namespace (runc and crun run
   createContainer hooks as its children) and its start time, so a pid used again never
-  finds an old record.
+  finds an old record - and only in the host's view (`host_view`: "/" is the root of the
+  runtime that made the container, as createContainer hooks see it before pivot_root; a
+  startContainer hook's "/" is the image's, and no record is looked up there).
 - One file `PID-START.NN` per later call (NN: 01, 02, ... in the list's order): the call's
   path and its arguments, one per line (`call_lines`); a call with a newline in a word is
   not recorded (it runs itself). The front empties the entry it matches; the next group's
@@ -40,7 +42,8 @@ def proc_stat(pid: int | str) -> tuple[int, int]:
 def container_key() -> str | None:
     """`PID-START` of the container's first process (see the module docstring); None when
     this process's mount namespace is the one its ancestors started in (no container's
-    own), or when anything cannot be read."""
+    own), when this process's root is not the runtime's (`host_view`), or when anything
+    cannot be read."""
     try:
         mine = posix.stat("/proc/self/ns/mnt")
         pid = int(posix.readlink("/proc/self"))
@@ -50,11 +53,23 @@ def container_key() -> str | None:
                 return None  # the namespace's first process is the procfs's init
             st = posix.stat(f"/proc/{parent}/ns/mnt")
             if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
-                return f"{pid}-{start}"
+                return f"{pid}-{start}" if host_view(parent) else None
             pid = parent
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def host_view(runtime: int) -> bool:
+    """Whether this process's "/" is the root of `runtime`, the first ancestor outside its
+    mount namespace (the runtime that made the container): the host's view, where
+    createContainer hooks run before pivot_root and root's record directory is the host's.
+    After pivot_root (a startContainer hook) "/" is the image's: a record there is the
+    image's, whatever its owner, and is never looked at (issue 27: a container with the
+    host's pid namespace planted one). The comparison goes through the kernel's magic link
+    <proc>/PID/root; an unreadable one (no ptrace access) counts as not the host's view."""
+    here, there = posix.stat("/"), posix.stat(f"/proc/{runtime}/root")
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def open_dir() -> int | None:

@@ -34,7 +34,7 @@ def reexec_without_loader_variables() -> None:
             del os.environ[name]
         return
     env = {k: v for k, v in os.environ.items() if not is_loader_variable(k)}
-    from nvmount._compat import orig_argv
+    from nvmount.api import orig_argv
 
     argv = [sys.executable, "-X", REEXEC_XOPTION, *orig_argv()[1:]]
     os.execve(sys.executable, argv, env)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from nvhook.config.model import HookConfig
     from nvhook.hook.request import ContainerRequest
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import PhaseTimer
 
 HOOK_FALLBACK = "/usr/bin/nvidia-container-runtime-hook"
 
@@ -75,8 +75,8 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
     from nvhook.hook.oci import parse_spec, resolve_rootfs
     from nvhook.runtime.log import engine_sink
     from nvhook.runtime.modes import SPEC, delivery, describe
+    from nvmount.api import PhaseTimer
     from nvmount.log import install
-    from nvmount.timing import PhaseTimer
 
     install(engine_sink(log))  # the engine's records go to the wrapper's log files
     timer = PhaseTimer()
@@ -139,7 +139,7 @@ def _spec_hooks(doc: dict[str, Any], left: tuple[str, ...], config: HookConfig,
 def _timing(config: HookConfig, timer: PhaseTimer, bundle_dir: str, *, hook: bool) -> None:
     """`[nvhook] timing-log`: the wrapper's own record of a spec delivery (`"wrapper": true`)."""
     if config.nvhook.timing_log:
-        from nvmount.timing import append_record
+        from nvmount.api import append_record
 
         try:  # noqa: SIM105 (contextlib: one more import on every GPU create)
             append_record(config.nvhook.timing_log, timer.record(

@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import posixpath
 
-from nvmount.plan.types import Symlink
+from nvmount.api import Symlink
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.runtime.log import RuntimeLog
-    from nvmount._libc import Libc
-    from nvmount.apply.journal import Journal
+    from nvmount.api import Journal, Libc, MountPlan
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
-    from nvmount.plan.types import MountPlan
 
 LDCACHE = "/etc/ld.so.cache"
 
@@ -64,8 +62,7 @@ def write_rootfs(plan: MountPlan, rootfs: str, mounts: frozenset[str], owner: tu
                  *, ldcache_mode: str, ldconfig_required: bool, log: RuntimeLog) -> RootfsWork:
     """Write the plan's links and the ld.so.cache into `rootfs` (module docstring); `mounts`
     are the spec's mount destinations."""
-    from nvmount._libc import Libc
-    from nvmount.apply.journal import Journal
+    from nvmount.api import Journal, Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -103,8 +100,8 @@ def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal, libc
         return f"left to the hook: [nvhook] ldcache = {mode!r}"
     if covered_by(LDCACHE, mounts):
         return "left to the hook: /etc is a mount of the spec"
+    from nvmount.api import Fallback, update_ldcache
     from nvmount.errors import LdcacheError
-    from nvmount.ldcache.write import Fallback, update_ldcache
 
     try:
         return update_ldcache(root, procfs, plan, owner, journal, libc)

@@ -42,8 +42,7 @@ if TYPE_CHECKING:
     from nvhook.hook.request import ContainerRequest
     from nvhook.runtime.bundle import BundleFile
     from nvhook.runtime.log import RuntimeLog
-    from nvmount.plan.types import MountPlan
-    from nvmount.timing import PhaseTimer
+    from nvmount.api import MountPlan, PhaseTimer
 
 PROFILE_FILE = "nvhook-application-profile.conf"  # in the bundle directory
 PROC = "/proc"
@@ -55,11 +54,10 @@ def deliver_spec(doc: dict[str, Any], request: ContainerRequest, bundle: BundleF
     """Deliver the container's plan into `doc` and its rootfs; what is left for the prestart
     hook (empty: no hook), or None when no driver is found (the hook delivers everything)."""
     from nvhook.hook.mount import engine_options, engine_request
-    from nvmount import engine
-    from nvmount._libc import Libc
+    from nvmount.api import Libc, plan_only
 
-    plan = engine.plan_only(engine_request(request), rootfs, engine_options(config), Libc(),
-                            timer=timer)
+    plan = plan_only(engine_request(request), rootfs, engine_options(config), Libc(),
+                     timer=timer)
     if plan is None:
         log.warning("spec delivery: no NVIDIA driver found; the prestart hook delivers "
                     "everything")
@@ -116,7 +114,7 @@ def _add_entries(doc: dict[str, Any], plan: MountPlan, log: RuntimeLog) -> None:
 def _add_profile(doc: dict[str, Any], plan: MountPlan, bundle: BundleFile) -> bool:
     """Graphics: the application profile as a file in the bundle, bound read-only."""
     from nvhook.runtime.edit import add_mounts
-    from nvmount.plan.types import WriteFile
+    from nvmount.api import WriteFile
 
     profile = next((e for e in plan.entries if isinstance(e, WriteFile)
                     and e.what == "application profile"), None)

@@ -1,7 +1,7 @@
 """Spec mode, the wrapper's side: the runtime's share of a container's mount plan as OCI spec
 entries. Pure (the node modes are read by the caller).
 
-`nvmount.plan.delivery.runtime_share` picks the entries; this module writes them as runc and
+`nvmount.plan.split.runtime_share` picks the entries; this module writes them as runc and
 crun read them:
 
     mounts:                   {"destination": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
@@ -19,8 +19,7 @@ in config.json (`nvhook.hook.spec_mode`), applies only the rest of the same plan
 
 from __future__ import annotations
 
-from nvmount.plan.delivery import runtime_share
-from nvmount.plan.types import Bind, MountFlag, MountPlan
+from nvmount.api import Bind, MountFlag, MountPlan, runtime_share
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

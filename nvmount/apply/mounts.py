@@ -21,8 +21,9 @@ from nvmount.log import get_logger
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvmount._libc import Libc
+    from nvmount.fs.paths import SourceKind
     from nvmount.fs.procfs import ProcFs
-    from nvmount.plan.types import MountFlag, SourceKind
+    from nvmount.plan.types import MountFlag
 
 log = get_logger(__name__)
 
@@ -33,7 +34,7 @@ def check_source_mode(
     mode: int, st_rdev: int, kind: SourceKind, rdev: tuple[int, int] | None
 ) -> str | None:
     """Why a source of file mode `mode` cannot serve as `kind`, or None if it can (pure)."""
-    from nvmount.plan.types import SourceKind
+    from nvmount.fs.paths import SourceKind
 
     wanted = {
         SourceKind.FILE: stat.S_ISREG,

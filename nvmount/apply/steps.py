@@ -30,8 +30,9 @@ from nvmount._compat import add_note
 from nvmount.apply import mounts
 from nvmount.errors import ContainerError, MountError, NvmountError, PathError, step_text
 from nvmount.faults import Faults
+from nvmount.fs.paths import SourceKind
 from nvmount.log import get_logger
-from nvmount.plan.types import Bind, MountFlag, MountPlan, SourceKind, Symlink, Tmpfs, WriteFile
+from nvmount.plan.types import Bind, MountFlag, MountPlan, Symlink, Tmpfs, WriteFile
 from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms

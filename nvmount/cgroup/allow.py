@@ -10,7 +10,8 @@ out-of-range numbers are refused.
 
 from __future__ import annotations
 
-from nvmount.cgroup.common import CgroupTarget, NoChange, validate_rules
+from nvmount.cgroup.common import NoChange, validate_rules
+from nvmount.container.cgroup import CgroupTarget
 from nvmount.errors import CgroupError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms

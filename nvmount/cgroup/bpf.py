@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nvmount._libc import Libc
-    from nvmount.cgroup.common import CgroupChange, CgroupTarget
+    from nvmount.cgroup.common import CgroupChange
+    from nvmount.container.cgroup import CgroupTarget
     from nvmount.plan.types import DeviceRule
 
 log = get_logger(__name__)

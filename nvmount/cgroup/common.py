@@ -11,7 +11,6 @@ import os
 
 from nvmount.errors import CgroupError
 from nvmount.log import get_logger
-from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -26,14 +25,6 @@ log = get_logger(__name__)
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
 MAX_MINOR = (1 << 20) - 1
 ACCESS_ORDER = "rwm"
-
-
-@record
-class CgroupTarget:
-    """The container's device cgroup: its hierarchy version and host directory."""
-
-    version: int  # 1 or 2
-    path: str  # host path of the container's devices cgroup dir (v1) or cgroup dir (v2)
 
 
 if TYPE_CHECKING:  # a type only (no run-time use): defining it needs typing (~2 ms)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import stat
 
-from nvmount.container.types import ContainerLayout
 from nvmount.errors import ContainerError, PathError
 from nvmount.log import get_logger
+from nvmount.plan.types import ContainerLayout
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-_DEBIAN_DIRS = {
+DEBIAN_DIRS = {
     "x86_64": ("/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"),
     "aarch64": ("/usr/lib/aarch64-linux-gnu", "/var/empty"),
     "ppc64le": ("/usr/lib/powerpc64le-linux-gnu", "/var/empty"),
@@ -39,13 +39,13 @@ def choose_layout(
 
     Difference: aarch64's libs_dir has no trailing slash (libnvc keeps one).
     """
-    if machine not in _DEBIAN_DIRS:
+    if machine not in DEBIAN_DIRS:
         raise ContainerError(
             f"choose library directories: unsupported architecture {machine!r} "
-            f"(supported: {', '.join(_DEBIAN_DIRS)})"
+            f"(supported: {', '.join(DEBIAN_DIRS)})"
         )
     if debian:
-        libs, libs32 = _DEBIAN_DIRS[machine]
+        libs, libs32 = DEBIAN_DIRS[machine]
     else:
         libs = "/usr/lib64"
         if has_usr_lib32 or not has_usr_lib or usr_lib_is_lib64:

@@ -13,20 +13,34 @@ import errno
 import os
 import posixpath
 
-from nvmount.container.types import Container, ContainerLayout
 from nvmount.errors import ContainerError, strerror
 from nvmount.fds import FdOwner
 from nvmount.log import get_logger
+from nvmount.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-
     from nvmount._libc import Libc
-    from nvmount.cgroup.common import CgroupTarget
+    from nvmount.container.cgroup import CgroupTarget
+    from nvmount.plan.types import ContainerLayout
 
 log = get_logger(__name__)
 
 IDENTITY_UID_MAP = ((0, 0, 4294967295),)
+
+
+@record
+class Container:
+    """The container as the engine found it from its pid."""
+
+    pid: int
+    rootfs: str  # host path of the rootfs as given (absolute, lexically clean)
+    uid: int  # owner of /proc/<pid> (the container's root on the host)
+    gid: int
+    mntns: tuple[int, int]  # (st_dev, st_ino) of /proc/<pid>/ns/mnt
+    cgroup: CgroupTarget | None  # None when cgroups are not to be touched
+    in_userns: bool
+    layout: ContainerLayout
 
 
 class ContainerHandle(FdOwner):
@@ -269,7 +283,7 @@ def _hook_in_userns(proc_root: str) -> bool:
 
 
 def _find_cgroup(pid: int, proc_root: str) -> CgroupTarget | None:
-    from nvmount.cgroup.find import find_cgroup
+    from nvmount.container.cgroup import find_cgroup
 
     return find_cgroup(pid, proc_root)
 

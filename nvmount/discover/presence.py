@@ -1,7 +1,7 @@
 """Stage discover: whether there is a driver to discover at all. Reads one ld.so.cache.
 
 Light on purpose (no `re`, nothing of the discovery itself): the runtime wrapper's spec
-delivery asks this before every plan (`nvmount.engine.plan_only`), and a current inventory
+delivery asks this before every plan (`nvmount.pipeline.plan_only`), and a current inventory
 cache then spares it the whole discovery.
 """
 

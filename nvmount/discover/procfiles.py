@@ -10,9 +10,18 @@ import os
 
 from nvmount.errors import DriverError, strerror
 from nvmount.log import get_logger
-from nvmount.plan.types import ProcFile
+from nvmount.records import record
 
 log = get_logger(__name__)
+
+
+@record
+class ProcFile:
+    """A host /proc/driver/nvidia file copied into the procfs view (read before planning)."""
+
+    name: str  # "params", "version", "registry"
+    data: bytes
+    mode: int  # permission bits of the host file
 
 PROC_FILE_LIMIT = 1 << 20  # bytes read of one /proc/driver/nvidia file
 

@@ -24,6 +24,7 @@ MAX_WALK_STEPS = 256
 MAX_ROOT_WALK_STEPS = 8192
 PATH_MAX = 4096
 NAME_MAX = 255
+
 _CAUSES = {
     errno.ELOOP: "symlink loop or more than 40 symlinks (or a magic link under /proc)",
     errno.ENAMETOOLONG: "name too long",
@@ -49,6 +50,19 @@ class EntryKind(Choice):
 
 
 members(EntryKind, DIRECTORY="directory", FILE="file", SYMLINK="symlink")
+
+
+class SourceKind(Choice):
+    """What a plan's bind source is on the host (checked when it is opened and at its target)."""
+
+    __slots__ = ()
+    FILE: ClassVar[SourceKind]  # regular file (library, binary, firmware, proc file)
+    DIRECTORY: ClassVar[SourceKind]  # proc gpu dir, MPS pipe dir, capabilities dir
+    DEVICE: ClassVar[SourceKind]  # character device; `rdev` must match
+    SOCKET: ClassVar[SourceKind]  # IPC socket
+
+
+members(SourceKind, FILE="file", DIRECTORY="directory", DEVICE="device", SOCKET="socket")
 
 
 @record

@@ -39,7 +39,7 @@ from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount.plan.types import SourceKind
+    from nvmount.fs.paths import SourceKind
 
 log = get_logger(__name__)
 
@@ -94,7 +94,7 @@ class Root(RootDir):
         are reused too (mounted over). The target is never the rootfs itself. Returns
         (fd, created entries); the fd is O_PATH (or O_RDONLY on what we created).
         """
-        from nvmount.plan.types import SourceKind
+        from nvmount.fs.paths import SourceKind
 
         if kind is SourceKind.DIRECTORY:
             fd, created = self.ensure_dir(path, 0o755 if mode is None else mode, uid, gid)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nvmount._libc import Libc
-    from nvmount.cgroup.common import CgroupTarget
+    from nvmount.container.cgroup import CgroupTarget
 
 log = get_logger(__name__)
 

@@ -11,15 +11,8 @@ import posixpath
 
 from nvmount.capabilities import UNGATED, DriverCapability
 from nvmount.errors import SelectionError
-from nvmount.plan.types import (
-    RO_DEV,
-    RO_PROC,
-    Bind,
-    DeviceRule,
-    MountFlag,
-    PlanOptions,
-    SourceKind,
-)
+from nvmount.fs.paths import SourceKind
+from nvmount.plan.types import RO_DEV, RO_PROC, Bind, DeviceRule, MountFlag, PlanOptions
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

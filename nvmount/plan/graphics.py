@@ -17,7 +17,8 @@ import posixpath
 
 from nvmount.capabilities import DriverCapability
 from nvmount.discover.inventory import FileKind
-from nvmount.plan.types import RO_LIB, Bind, SourceKind, Symlink
+from nvmount.fs.paths import SourceKind
+from nvmount.plan.types import RO_LIB, Bind, Symlink
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

@@ -36,6 +36,7 @@ import posixpath
 from nvmount.bounds import MAX_DIGITS, parse_decimal
 from nvmount.capabilities import DriverCapability
 from nvmount.discover.inventory import FileKind
+from nvmount.fs.paths import SourceKind
 from nvmount.plan.devices import plan_devices
 from nvmount.plan.graphics import plan_graphics_files, plan_graphics_links
 from nvmount.plan.procfs import plan_app_profile, plan_procfs
@@ -47,15 +48,14 @@ from nvmount.plan.types import (
     MountPlan,
     PlanEntry,
     PlanOptions,
-    SourceKind,
     Symlink,
 )
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount.container.types import ContainerLayout
     from nvmount.discover.inventory import DriverFile, DriverInventory, Gpu
     from nvmount.plan.selection import Selection
+    from nvmount.plan.types import ContainerLayout
 
 COMPUTE_LIBS = DriverCapability.COMPUTE | DriverCapability.VIDEO
 

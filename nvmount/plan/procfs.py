@@ -12,8 +12,10 @@ from __future__ import annotations
 import posixpath
 
 from nvmount.capabilities import DriverCapability
+from nvmount.discover.procfiles import ProcFile
 from nvmount.errors import DriverError
-from nvmount.plan.types import RO_PROC, Bind, PlanEntry, ProcFile, SourceKind, Tmpfs, WriteFile
+from nvmount.fs.paths import SourceKind
+from nvmount.plan.types import RO_PROC, Bind, PlanEntry, Tmpfs, WriteFile
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:

@@ -15,6 +15,9 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from typing import ClassVar
 
+    from nvmount.discover.procfiles import ProcFile
+    from nvmount.fs.paths import SourceKind
+
 
 _FLAG_WORDS = {"RDONLY": "ro", "NOSUID": "nosuid", "NODEV": "nodev", "NOEXEC": "noexec"}
 
@@ -44,17 +47,6 @@ RO_DEV = MountFlag.RDONLY | MountFlag.NOSUID | MountFlag.NOEXEC
 # directory does not. NVIDIA documents no need for the container to write there.
 RO_IPC = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
 RO_PROC = MountFlag.RDONLY | MountFlag.NODEV | MountFlag.NOSUID | MountFlag.NOEXEC
-
-
-class SourceKind(Choice):
-    __slots__ = ()
-    FILE: ClassVar[SourceKind]  # regular file (library, binary, firmware, proc file)
-    DIRECTORY: ClassVar[SourceKind]  # proc gpu dir, MPS pipe dir, capabilities dir
-    DEVICE: ClassVar[SourceKind]  # character device; `rdev` must match
-    SOCKET: ClassVar[SourceKind]  # IPC socket
-
-
-members(SourceKind, FILE="file", DIRECTORY="directory", DEVICE="device", SOCKET="socket")
 
 
 @record
@@ -156,12 +148,13 @@ members(CompatMode, LDCONFIG="ldconfig", MOUNT="mount", DISABLED="disabled")
 
 
 @record
-class ProcFile:
-    """A host /proc/driver/nvidia file copied into the procfs view (read before planning)."""
+class ContainerLayout:
+    """Where files land in this rootfs (libnvc-spec §2.2), detected from the rootfs."""
 
-    name: str  # "params", "version", "registry"
-    data: bytes
-    mode: int  # permission bits of the host file
+    bins_dir: str  # "/usr/bin"
+    libs_dir: str  # "/usr/lib/x86_64-linux-gnu" (Debian family) or "/usr/lib64"
+    libs32_dir: str  # "/usr/lib/i386-linux-gnu" or "/usr/lib32" / "/usr/lib"
+    cuda_compat_libs: tuple[str, ...] = ()  # container paths of /usr/local/cuda/compat/lib*.so.*
 
 
 @record

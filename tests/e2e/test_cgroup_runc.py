@@ -34,7 +34,7 @@ import json, os, sys
 from nvmount._bpf import BPF_CGROUP_DEVICE, bpf_prog_query
 from nvmount._libc import Libc
 from nvmount.cgroup.allow import allow_devices
-from nvmount.cgroup.find import find_cgroup
+from nvmount.container.cgroup import find_cgroup
 from nvmount.plan.types import DeviceRule
 
 state = json.load(sys.stdin)

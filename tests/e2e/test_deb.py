@@ -114,7 +114,7 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./etc/nvidia-container-runtime/config.toml",
             "./usr/share/containers/oci/hooks.d/oci-nvidia-hook.json",
             "./usr/lib/python3/dist-packages/nvhook/cli.py",
-            "./usr/lib/python3/dist-packages/nvmount/engine.py",
+            "./usr/lib/python3/dist-packages/nvmount/pipeline.py",
             "./usr/share/man/man1/nvhook.1.gz", "./usr/share/doc/nvhook/copyright",
             "./lib/systemd/system/nvhook-cdi-refresh.service",
             "./lib/systemd/system/nvhook-cdi-refresh.path",

@@ -209,10 +209,13 @@ def test_the_runtime_launcher_starts_python_only_for_gpu_creates(gpu_rig: GpuRig
     assert proc.returncode == 0, proc.stderr
     plain = gpu_rig.baseline.bundle(["/bin/true"], env=["PATH=/bin"])
     gpu = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=0"])
-    calls = [(["state", "hot-none"], False), (["kill", "hot-none", "9"], False),
-             (["delete", "--force", "hot-none"], False), (["start", "hot-none"], False),
-             (["--root", "/run/nvhook-hot", "create", "--bundle", str(plain), "hot-plain"],
-              False), (["create", "--bundle", str(gpu), "hot-gpu"], True)]
+    state = str(tmp_path / "runc")  # runc's state root: nothing of the test's under /run
+    calls = [(["--root", state, "state", "hot-none"], False),
+             (["--root", state, "kill", "hot-none", "9"], False),
+             (["--root", state, "delete", "--force", "hot-none"], False),
+             (["--root", state, "start", "hot-none"], False),
+             (["--root", state, "create", "--bundle", str(plain), "hot-plain"], False),
+             (["--root", state, "create", "--bundle", str(gpu), "hot-gpu"], True)]
     for args, python in calls:
         trace = tmp_path / "execve.txt"
         # the launcher's own process only (it execs runc or python; not grep, not runc init)
@@ -225,6 +228,5 @@ def test_the_runtime_launcher_starts_python_only_for_gpu_creates(gpu_rig: GpuRig
         assert any(p.endswith("/runc") for p in programs), (args, programs)
         assert any("python" in p for p in programs) == python, (args, programs)
         for cid in ("hot-plain", "hot-gpu"):
-            subprocess.run(["runc", "--root", "/run/nvhook-hot", "delete", "-f", cid],
+            subprocess.run(["runc", "--root", state, "delete", "-f", cid],
                            capture_output=True, check=False)
-            subprocess.run(["runc", "delete", "-f", cid], capture_output=True, check=False)

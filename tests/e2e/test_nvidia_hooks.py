@@ -528,8 +528,8 @@ def test_the_launchers_front_names_the_container_as_the_hook_does(tmp_path: Path
                   xoption="x")
     key = tmp_path / "key.sh"
     key.write_text(text[:text.index("if nvhook_done")] + 'nvhook_key && echo "$nvhook_key"\n')
-    python = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from nvhook.compat.cdihook."
-              "record import container_key; print(container_key())")
+    python = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from nvhook.launch."
+              "hook_records import container_key; print(container_key())")
     script = (f'sh {key}; sh -c "sh {key}"; {shlex.quote(sys.executable)} -c '
               f'{shlex.quote(python)}; echo "$$"')
     proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],

@@ -31,7 +31,7 @@ from tests.security.conftest import LONG
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 
-# one or two of every kind of step (the step names of nvmount.apply.steps / engine_run / engine)
+# one or two of every kind of step (the step names of nvmount.apply.steps / effects / pipeline)
 CI_FAULTS = (
     "nvml init", "open source:1", "open source:9", "mountpoint:1", "mountpoint:14",
     "mount :1", "mount :13", "mount procfs", "write:1", "write:3", "symlink:1", "symlink:7",

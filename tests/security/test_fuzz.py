@@ -412,11 +412,10 @@ def test_long_and_large_values_in_the_engine_parsers(inventory: Any) -> None:
     """Device selection, requirements (parse, compare, check), IMEX channels, compat lib
     versions: bounded work and a clear error for any length."""
     from nvmount.capabilities import DriverCapability
-    from nvmount.container.types import ContainerLayout
     from nvmount.plan.mounts import compat_dirs
     from nvmount.plan.requirements import Facts, check_requirements, compare_versions
     from nvmount.plan.selection import select_devices
-    from nvmount.plan.types import PlanOptions
+    from nvmount.plan.types import ContainerLayout, PlanOptions
 
     facts = [Facts(cuda="12.4", driver="550.54.15", arch="8.0", brand="Tesla")] * 64
 

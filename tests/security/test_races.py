@@ -28,8 +28,8 @@ import pytest
 from nvhook.dev.demo.rootfs import copy_rootfs
 from nvhook.dev.sim import SimRoot
 from nvmount.capabilities import DriverCapability as C
-from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.plan.types import CompatMode
+from nvmount.requests import EngineOptions, EngineRequest
 from tests.fixtures.containers import RootfsCache
 from tests.fixtures.race import (
     RaceStats,

@@ -19,6 +19,7 @@ from nvmount.apply.steps import apply_plan, clone_sources
 from nvmount.capabilities import DriverCapability as C
 from nvmount.errors import MountError, NvmountError
 from nvmount.faults import Faults
+from nvmount.fs.paths import SourceKind
 from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
 from nvmount.plan.types import (
@@ -29,7 +30,6 @@ from nvmount.plan.types import (
     Bind,
     MountPlan,
     PlanEntry,
-    SourceKind,
     Symlink,
     Tmpfs,
     WriteFile,

@@ -2,6 +2,10 @@
 
 - no import circle among nvhook/nvmount modules (every import counts: module level, inside
   functions, under TYPE_CHECKING);
+- nvhook uses the engine only through its door (`nvmount.api`) and the modules below every
+  stage that know nothing of drivers or containers (`ENGINE_DOOR`);
+- inside nvmount, no arrow runs back up: a stage imports only earlier stages (`STAGES`, the
+  data flow) and the base modules, and a base module imports no stage;
 - the engine (nvmount) never imports the hook or its tools (nvhook), and the engine and the
   hook's path never import the simulator or the demo;
 - ctypes only in nvmount._libc, nvmount._bpf and nvmount.discover._nvml;
@@ -29,6 +33,17 @@ HOOK_PATH = ("nvhook.flags", "nvhook.launch.isolation", "nvhook.logs", "nvhook.h
              "nvhook.hook.spec_mode", "nvhook.config", "nvhook.config.model", "nvhook.config.load",
              "nvhook.hook.oci", "nvhook.hook.request",
              "nvhook.hook.device_lists", "nvhook.hook.semver", "nvhook.hook.mount", "nvhook.errors")
+# what nvhook may import of nvmount: the door, the errors, the fd-safe layer, the one logger, and
+# the utility modules nvhook's own code is built from (records: nvhook's record types; bounds:
+# input budgets; jsonio: the strict JSON decoder, also on the GPU screen's path, which must not
+# load the door; cachefile: trusted cache files). docs/architecture.md says why each.
+ENGINE_DOOR = ("nvmount.api", "nvmount.errors", "nvmount.fs", "nvmount.log", "nvmount.records",
+               "nvmount.bounds", "nvmount.jsonio", "nvmount.cachefile")
+# nvmount's stages in data-flow order (a tuple: one stage of several modules); every other
+# nvmount module is a base module, below all stages
+STAGES = ("nvmount.discover", "nvmount.plan", "nvmount.container", "nvmount.apply",
+          "nvmount.cgroup", "nvmount.ldcache",
+          ("nvmount.requests", "nvmount.effects", "nvmount.pipeline"), "nvmount.api")
 ASSERTING_HELPERS = ("assert", "check", "expect", "survive", "scenario", "verify", "_assert",
                      "_check", "_expect")
 
@@ -142,6 +157,44 @@ def test_engine_never_imports_the_hook_or_its_tools() -> None:
     bad = {f"{m} -> {t}" for m, ts in graph.items() if m.startswith("nvmount")
            for t in ts if t.startswith("nvhook")}
     assert not bad
+
+
+def in_door(module: str) -> bool:
+    return any(module == d or module.startswith(d + ".") for d in ENGINE_DOOR)
+
+
+def test_hook_uses_the_engine_through_its_door() -> None:
+    graph = import_graph()
+    bad = {f"{m} -> {t}" for m, ts in graph.items() if m.startswith("nvhook")
+           for t in ts if t.startswith("nvmount") and not in_door(t)}
+    assert not bad, sorted(bad)
+
+
+def stage_of(module: str) -> int:
+    """The module's stage in `STAGES` (-1: a base module)."""
+    for rank, stage in enumerate(STAGES):
+        for name in (stage,) if isinstance(stage, str) else stage:
+            if module == name or module.startswith(name + "."):
+                return rank
+    return -1
+
+
+def arrows_back_up(graph: dict[str, set[str]]) -> set[str]:
+    return {f"{m} -> {t}" for m, ts in graph.items() if m.startswith("nvmount")
+            for t in ts if t.startswith("nvmount") and stage_of(t) > stage_of(m)}
+
+
+def test_stage_order_finds_planted_arrows() -> None:
+    graph = {"nvmount.fs.rootfs": {"nvmount.plan.types"},
+             "nvmount.plan.mounts": {"nvmount.discover.inventory", "nvmount.records"},
+             "nvmount.container.open": {"nvmount.cgroup.common"},
+             "nvmount.effects": {"nvmount.requests", "nvmount.apply.steps"}}
+    assert arrows_back_up(graph) == {"nvmount.fs.rootfs -> nvmount.plan.types",
+                                     "nvmount.container.open -> nvmount.cgroup.common"}
+
+
+def test_no_arrow_runs_back_up_the_stages() -> None:
+    assert not arrows_back_up(import_graph())
 
 
 @pytest.mark.parametrize("start", HOOK_PATH)

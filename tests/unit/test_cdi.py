@@ -112,12 +112,12 @@ def plan_paths(plan: MountPlan) -> set[tuple[str, ...]]:
 
 def legacy_plan(config: HookConfig, devices: tuple[str, ...], rootfs: str) -> MountPlan:
     from nvhook.hook.mount import engine_options
-    from nvmount import engine
+    from nvmount import pipeline
     from nvmount._libc import Libc
-    from nvmount.engine_types import EngineRequest
+    from nvmount.requests import EngineRequest
 
     request = EngineRequest(devices=devices, capabilities=config.supported_driver_capabilities)
-    plan = engine.plan_only(request, rootfs, engine_options(config), Libc())
+    plan = pipeline.plan_only(request, rootfs, engine_options(config), Libc())
     assert plan is not None
     return plan
 

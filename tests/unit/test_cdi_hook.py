@@ -19,8 +19,8 @@ from nvhook.cdi.spec_hook import check_present, granted_devices, rule_allows
 from nvhook.cdi.spec_hook_args import DeviceEntry, HookInputs, grant_env, parse, render
 from nvhook.cdi.spec_hook_plan import hook_plan
 from nvhook.errors import CdiError, WrapperError
-from nvmount.container.types import ContainerLayout
-from nvmount.plan.types import ProcFile, Symlink, Tmpfs, WriteFile
+from nvmount.discover.procfiles import ProcFile
+from nvmount.plan.types import ContainerLayout, Symlink, Tmpfs, WriteFile
 
 LAYOUT = ContainerLayout("/usr/bin", "/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu")
 

@@ -10,10 +10,12 @@ import pytest
 
 from nvmount._libc import Libc
 from nvmount.cgroup.allow import allow_devices
-from nvmount.cgroup.common import CgroupTarget, should_skip_cgroups, validate_rules
-from nvmount.cgroup.find import (
+from nvmount.cgroup.common import should_skip_cgroups, validate_rules
+from nvmount.cgroup.v1 import ListEntry, missing_access, parse_devices_list
+from nvmount.container.cgroup import (
     CgroupCandidate,
     CgroupLine,
+    CgroupTarget,
     cgroup_candidates,
     device_cgroups,
     find_cgroup,
@@ -22,7 +24,6 @@ from nvmount.cgroup.find import (
     parse_proc_cgroup,
     unescape_mountinfo,
 )
-from nvmount.cgroup.v1 import ListEntry, missing_access, parse_devices_list
 from nvmount.errors import CgroupError
 from nvmount.plan.types import DeviceRule
 from tests.fixtures.cgroup import (

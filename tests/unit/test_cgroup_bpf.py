@@ -33,7 +33,7 @@ from nvmount.cgroup.bpf import (
     rule_block,
     unreloadable_reason,
 )
-from nvmount.cgroup.common import CgroupTarget
+from nvmount.container.cgroup import CgroupTarget
 from nvmount.errors import CgroupError
 from nvmount.plan.types import DeviceRule
 from tests.fixtures.cgroup import (

@@ -16,10 +16,16 @@ from nvmount.container.layout import (
     find_compat_libs,
     is_compat_lib_name,
 )
-from nvmount.container.open import IDENTITY_UID_MAP, check_rootfs_path, open_container, parse_id_map
-from nvmount.container.types import Container, ContainerLayout
+from nvmount.container.open import (
+    IDENTITY_UID_MAP,
+    Container,
+    check_rootfs_path,
+    open_container,
+    parse_id_map,
+)
 from nvmount.errors import ContainerError, PathError
 from nvmount.fs.rootfs import Root
+from nvmount.plan.types import ContainerLayout
 from tests.fixtures.privns import sleeper
 
 root_only = pytest.mark.root

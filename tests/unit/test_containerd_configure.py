@@ -271,3 +271,20 @@ def test_version_1_config_gets_a_version_1_drop_in(tmp_path: Path) -> None:
     doc = tomllib.loads(drop.read_text())
     assert "version" not in doc and doc["plugins"]["cri"]["sandbox_image"] == "x/pause:1"
     assert "version" not in tomllib.loads(path.read_text())
+
+
+def test_remove_keeps_a_drop_in_directory_nvhook_did_not_make(tmp_path: Path) -> None:
+    """Issue 27 class 7: the admin's (empty) conf.d stays; the one nvhook made goes."""
+    (tmp_path / "conf.d").mkdir()
+    path, drop = _run(tmp_path, DEBIAN_1_6)
+    assert containerd.DIR_MARK not in drop.read_text()
+    _run(tmp_path, DEBIAN_1_6)  # a second run does not claim it either
+    assert ctrd.remove(str(path), str(drop)) == 0
+    assert not drop.exists() and drop.parent.is_dir()
+    drop.parent.rmdir()
+    path, drop = _run(tmp_path, None)
+    assert containerd.DIR_MARK in drop.read_text()
+    _run(tmp_path, None)  # the claim survives a re-run (the directory exists by then)
+    assert containerd.DIR_MARK in drop.read_text()
+    assert ctrd.remove(str(path), str(drop)) == 0
+    assert not drop.parent.exists()

@@ -18,8 +18,8 @@ from nvhook.hook.mount import engine_options
 from nvmount.capabilities import DriverCapability as Cap
 from nvmount.discover.driver_root import DriverRoot
 from nvmount.discover.graphics import dri_nodes
-from nvmount.engine import discover_cached
 from nvmount.faults import Faults
+from nvmount.pipeline import discover_cached
 from nvmount.plan.types import Bind, Symlink
 from nvmount.records import replace
 from tests.fixtures.sim import SimRootFactory

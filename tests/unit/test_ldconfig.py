@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from nvmount._libc import Libc
-from nvmount.cgroup.common import CgroupTarget
+from nvmount.container.cgroup import CgroupTarget
 from nvmount.discover.ldcache import read_ldcache
 from nvmount.errors import LdcacheError
 from nvmount.ldcache.ldconfig import LdconfigResult, run_ldconfig, seal_binary
@@ -808,7 +808,7 @@ def test_budgets_refuse_with_one_line(rootfs: Path, monkeypatch: pytest.MonkeyPa
 def fresh_cgroups() -> Iterator[list[str]]:
     """New cgroups for a test "container": in the v1 memory and pids hierarchies and the v2
     one, those this host has; removed afterwards (after the processes in them are gone)."""
-    from nvmount.cgroup.find import parse_mountinfo
+    from nvmount.container.cgroup import parse_mountinfo
 
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
@@ -851,7 +851,7 @@ def _cgroup_of(token: str, w: int, deadline: float) -> None:  # pragma: no cover
 def test_ldconfig_runs_in_the_containers_cgroups(rootfs: Path, probe: str) -> None:
     """Before: the sandbox ran outside the container's memory, pids, cpu and device cgroups
     (/dev/zero as an include let ldconfig grow to 1 GiB under a 64 MiB container limit)."""
-    from nvmount.cgroup.find import process_cgroups
+    from nvmount.container.cgroup import process_cgroups
 
     token = f"/cgtoken-{os.getpid()}-{time.monotonic_ns()}"
     with fresh_cgroups() as dirs, container(rootfs) as ctr:

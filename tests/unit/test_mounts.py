@@ -26,9 +26,10 @@ from nvmount.apply.mounts import (
 )
 from nvmount.apply.namespace import entered
 from nvmount.errors import MountError
+from nvmount.fs.paths import SourceKind
 from nvmount.fs.procfs import ProcFs
 from nvmount.fs.rootfs import Root
-from nvmount.plan.types import RO_DEV, RO_IPC, RO_LIB, RO_PROC, MountFlag, SourceKind
+from nvmount.plan.types import RO_DEV, RO_IPC, RO_LIB, RO_PROC, MountFlag
 from tests._compat import zip_strict
 from tests.fixtures.containers import HostSnapshot
 from tests.fixtures.privns import in_private_ns, sleeper

@@ -80,8 +80,8 @@ def test_installer_plan_default(tmp_path: Path) -> None:
     proc = _dry_run(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert _commands(proc) == [
-        "mkdir -p /host/var/cache/nvhook",
-        f"cp {tmp_path}/nvhook_0.1.0_all.deb /host/var/cache/nvhook/",
+        f"chroot /host: /var/cache/nvhook/nvhook_0.1.0_all.deb <- {tmp_path}/nvhook_0.1.0_all.deb"
+        " (staged, renamed)",
         "chroot /host apt-get install -y --no-install-recommends "
         "/var/cache/nvhook/nvhook_0.1.0_all.deb",
         "chroot /host nvhook config check",
@@ -93,8 +93,9 @@ def test_installer_plan_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("strategy", "expected"), [
-    ("volume-mounts", "sed -i"), ("cdi", "chroot /host nvhook cdi generate --output "
-                                         "/var/run/cdi/nvidia.yaml")])
+    ("volume-mounts", "chroot /host: /etc/nvidia-container-runtime/config.toml: accept-nvidia-"
+                      "visible-devices-as-volume-mounts = true"),
+    ("cdi", "chroot /host nvhook cdi generate --output /var/run/cdi/nvidia.yaml")])
 def test_installer_strategies_without_restart(tmp_path: Path, strategy: str,
                                               expected: str) -> None:
     proc = _dry_run(tmp_path, DEVICE_LIST_STRATEGY=strategy, RESTART_RUNTIME="false")
@@ -112,7 +113,7 @@ def test_installer_uninstall_plan(tmp_path: Path) -> None:
         "chroot /host nvhook runtime configure --runtime=containerd --remove",
         "chroot /host systemctl restart containerd",
         "chroot /host apt-get remove -y nvhook",
-        "rm -rf /host/var/cache/nvhook",
+        "chroot /host rm -rf /var/cache/nvhook",
     ]
 
 

@@ -6,7 +6,6 @@ import pytest
 
 from nvmount import records
 from nvmount.capabilities import DriverCapability as C
-from nvmount.container.types import ContainerLayout
 from nvmount.discover.inventory import (
     DeviceNode,
     DriverFile,
@@ -15,7 +14,9 @@ from nvmount.discover.inventory import (
     Gpu,
     MigDevice,
 )
+from nvmount.discover.procfiles import ProcFile
 from nvmount.errors import DriverError, SelectionError
+from nvmount.fs.paths import SourceKind
 from nvmount.plan.mounts import compat_dirs, plan_mounts
 from nvmount.plan.procfs import (
     app_profile_bytes,
@@ -29,11 +30,10 @@ from nvmount.plan.types import (
     RO_PROC,
     Bind,
     CompatMode,
+    ContainerLayout,
     MountFlag,
     MountPlan,
     PlanOptions,
-    ProcFile,
-    SourceKind,
     Symlink,
     Tmpfs,
     WriteFile,

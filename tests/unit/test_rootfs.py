@@ -16,8 +16,8 @@ import pytest
 
 from nvmount._libc import Libc
 from nvmount.errors import PathError
+from nvmount.fs.paths import SourceKind
 from nvmount.fs.rootfs import Created, EntryKind, Root, split_path
-from nvmount.plan.types import SourceKind
 from tests.fixtures.privns import in_private_ns
 
 pytestmark = pytest.mark.root

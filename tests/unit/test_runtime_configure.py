@@ -208,3 +208,26 @@ def test_remove_docker_crio_and_hooks_file(tmp_path: Path) -> None:
     assert configure(*hooks, "--remove").returncode == 0
     assert not (tmp_path / "hooks.d" / "oci-nvidia-hook.json").exists()
     assert "does not exist" in configure(*hooks, "--remove").stdout
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_nvidia_ctk_from_an_install_prefix_finds_its_sibling(tmp_path: Path, how: str) -> None:
+    """Issue 27 class 7: `nvhook install --prefix DIR` fills DIR with nvidia-ctk and
+    nvidia-container-runtime; DIR's nvidia-ctk configures Docker with DIR's runtime although
+    DIR is not on PATH (it was "not installed on PATH")."""
+    from nvhook.dev.demo.driver import launcher_python
+
+    prefix = tmp_path / "prefix"
+    proc = subprocess.run([sys.executable, "-m", "nvhook", "install", "--prefix", str(prefix),
+                           "--python", launcher_python()], capture_output=True, text=True,
+                          timeout=120, check=False, env={"PATH": "/usr/bin:/bin",
+                                                         "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    daemon = tmp_path / "daemon.json"
+    program = str(prefix / "nvidia-ctk") if how == "absolute" else "prefix/nvidia-ctk"
+    proc = subprocess.run([program, "runtime", "configure", "--runtime=docker",
+                           f"--config={daemon}"], capture_output=True, text=True, timeout=120,
+                          check=False, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    path = json.loads(daemon.read_text())["runtimes"]["nvidia"]["path"]
+    assert path == str(prefix / "nvidia-container-runtime")

@@ -24,9 +24,9 @@ from nvhook.runtime.rootfs import covered_by, write_rootfs
 from nvhook.runtime.spec_delivery import PROFILE_FILE, deliver_spec, mount_destinations
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
-from nvmount.engine import plan_only
-from nvmount.engine_types import EngineRequest
+from nvmount.pipeline import plan_only
 from nvmount.plan.types import MountPlan, Symlink
+from nvmount.requests import EngineRequest
 from nvmount.timing import PhaseTimer
 from tests.fixtures.containers import RootfsCache
 
@@ -70,7 +70,7 @@ def test_covered_by() -> None:
 
 @pytest.fixture(scope="module")
 def plan(sim_root: SimRoot, rootfs_cache: RootfsCache) -> MountPlan:
-    from nvmount.engine_types import EngineOptions
+    from nvmount.requests import EngineOptions
 
     options = EngineOptions(root=sim_root.path, proc_root=sim_root.proc_root)
     request = EngineRequest(devices=("2",), capabilities=C.UTILITY | C.COMPUTE)

@@ -20,7 +20,6 @@ from nvmount.capabilities import DriverCapability as C
 from nvmount.cgroup.bpf import extend_program
 from nvmount.cgroup.common import validate_rules
 from nvmount.cgroup.v1 import Granted, missing_access, parse_devices_list
-from nvmount.container.types import ContainerLayout
 from nvmount.discover import cache
 from nvmount.discover.inventory import (
     DeviceNode,
@@ -30,10 +29,11 @@ from nvmount.discover.inventory import (
     Gpu,
     MigDevice,
 )
+from nvmount.discover.procfiles import ProcFile
 from nvmount.plan.mounts import plan_mounts
 from nvmount.plan.requirements import check_requirements, requirement_facts
 from nvmount.plan.selection import select_devices
-from nvmount.plan.types import PlanOptions, ProcFile
+from nvmount.plan.types import ContainerLayout, PlanOptions
 
 ROOT = "/drv"
 LIB = "/usr/lib/x86_64-linux-gnu"

@@ -1,4 +1,4 @@
-"""Spec mode: one plan, two deliveries (nvmount.plan.delivery, nvhook.runtime.spec_entries/edit,
+"""Spec mode: one plan, two deliveries (nvmount.plan.split, nvhook.runtime.spec_entries/edit,
 nvhook.hook.spec_mode), and the wrapper's cheap GPU test against the hook's decision.
 
 The round trip: the wrapper's spec entries, written into a config.json and read back the way
@@ -27,10 +27,11 @@ from nvhook.runtime.settings import settings_from_document
 from nvhook.runtime.spec_entries import device_nodes, spec_entries
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
-from nvmount.engine import plan_only
-from nvmount.engine_types import EngineOptions, EngineRequest
-from nvmount.plan.delivery import RUNTIME_MOUNTS, Delivered, hook_share
-from nvmount.plan.types import Bind, MountPlan, SourceKind, Symlink, Tmpfs, WriteFile
+from nvmount.fs.paths import SourceKind
+from nvmount.pipeline import plan_only
+from nvmount.plan.split import RUNTIME_MOUNTS, Delivered, hook_share
+from nvmount.plan.types import Bind, MountPlan, Symlink, Tmpfs, WriteFile
+from nvmount.requests import EngineOptions, EngineRequest
 from tests.fixtures.containers import RootfsCache
 
 

@@ -146,8 +146,8 @@ def test_a_log_in_a_group_writable_dir_is_created_and_appended(tmp_path: Path) -
 
 
 def test_a_fifo_debug_log_does_not_block_the_hook_logger(tmp_path: Path) -> None:
-    """nvmount.log's sink (the hook's debug log) with a FIFO that has a reader: no write."""
-    from nvmount.log import Sink
+    """The hook's debug log (nvhook.logs.open_debug_log) on a FIFO that has a reader: no write."""
+    from nvhook.logs import open_debug_log
 
     fifo = tmp_path / "debug.log"
     os.mkfifo(fifo)
@@ -155,7 +155,7 @@ def test_a_fifo_debug_log_does_not_block_the_hook_logger(tmp_path: Path) -> None
     reader.start()
     time.sleep(0.1)
     try:
-        failed = Sink().open_file(str(fifo))
+        _, failed = open_debug_log(str(fifo))
     finally:
         if reader.is_alive():  # our open did not reach it: let it go
             os.close(os.open(fifo, os.O_RDWR))

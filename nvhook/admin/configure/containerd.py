@@ -41,6 +41,7 @@ DISABLED_NAMES = {1: ("cri", "io.containerd.grpc.v1.cri"),
 RUNC_V2 = "io.containerd.runc.v2"
 CDI_ANNOTATIONS = "cdi.k8s.io/*"
 OWNED_MARK = "# nvhook-runtimes:"
+DIR_MARK = "# nvhook-made-directory: yes"  # `remove` may take the directory away (when empty)
 
 
 def config_version(main: dict[str, Any] | None, default: int) -> int:
@@ -224,8 +225,10 @@ def remove_runtime(drop_in: dict[str, Any], version: int, name: str,
     return out
 
 
-def header(version: int, main_path: str, owned: Sequence[str]) -> str:
-    """The drop-in's first lines: whose it is, why it is what it is, and what it holds."""
+def header(version: int, main_path: str, owned: Sequence[str], *,
+           made_directory: bool = False) -> str:
+    """The drop-in's first lines: whose it is, why it is what it is, what it holds, and
+    whether nvhook made its directory (only then does `remove` take that away)."""
     if version == 3:
         why = ("# containerd 2.x merges this file's CRI runtime section into the main config's\n"
                "# key by key: it holds only what nvhook adds.\n")
@@ -237,7 +240,18 @@ def header(version: int, main_path: str, owned: Sequence[str]) -> str:
                "# settings there, then run nvhook runtime configure again (this copy masks\n"
                "# them until then).\n")
     return ("# Written by `nvhook runtime configure --runtime=containerd`.\n" + why
+            + (f"{DIR_MARK}\n" if made_directory else "")
             + f"{OWNED_MARK} {', '.join(owned)}\n\n")
+
+
+def made_directory(text: str | None) -> bool:
+    """Whether our header says nvhook made the drop-in's directory."""
+    for line in (text or "").splitlines():
+        if not line.startswith("#"):
+            break
+        if line == DIR_MARK:
+            return True
+    return False
 
 
 def owned_runtimes(text: str | None) -> list[str] | None:

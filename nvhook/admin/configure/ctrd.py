@@ -12,8 +12,9 @@ A config whose CRI plugin is disabled (Docker's containerd.io ships `disabled_pl
 is refused: enabling CRI is the admin's decision, and a runtime for it would serve nothing.
 `--dry-run` prints the drop-in and a diff of the main file, and writes nothing. Running it again
 changes nothing. `remove` undoes it: the runtime leaves the drop-in (the file goes when nothing of
-nvhook's is left), and the main file gets its backup back when it is otherwise unchanged (or
-goes, when nvhook created it), so it is byte for byte what it was.
+nvhook's is left; its directory too, when empty and the drop-in's header says nvhook made it),
+and the main file gets its backup back when it is otherwise unchanged (or goes, when nvhook
+created it), so it is byte for byte what it was.
 
 `configure` and `remove` are the API (nvidia-ctk's `runtime configure` calls them with NVIDIA's
 defaults); both print what they did and return the exit status.
@@ -59,7 +60,9 @@ def configure(main_path: str, drop_path: str, runtime_path: str, *, name: str = 
         runtime_path, set_default=set_default, enable_cdi=enable_cdi, where=drop_path)
     from nvhook.admin.configure.tomlw import render_checked
 
-    text = containerd.header(version, main_path, names) + render_checked(doc, drop_path)
+    made = containerd.made_directory(current) or not os.path.isdir(os.path.dirname(drop_path))
+    text = containerd.header(version, main_path, names, made_directory=made) + \
+        render_checked(doc, drop_path)
     new_main = main_text
     if not imports.covers(main_doc, main_path, version, drop_path):
         pattern = imports.import_pattern(drop_path, main_path)
@@ -90,8 +93,9 @@ def remove(main_path: str, drop_path: str, *, name: str = "nvidia",
         from nvhook.admin.configure.tomlw import render_checked
 
         left = [n for n in owned or () if n != name]
-        text = (containerd.header(version, main_path, left) if owned is not None else "") + \
-            render_checked(doc, drop_path)
+        text = (containerd.header(version, main_path, left,
+                                  made_directory=containerd.made_directory(current))
+                if owned is not None else "") + render_checked(doc, drop_path)
         if dry_run:
             sys.stdout.write(text)
             return 0
@@ -106,8 +110,9 @@ def remove(main_path: str, drop_path: str, *, name: str = "nvidia",
     if current is not None:
         _unlink(drop_path)
         print(f"Removed {drop_path}")
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(drop_path))  # only when nothing else is in it
+        if containerd.made_directory(current):  # nvhook made it: it goes when empty
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(drop_path))
     if restored != main_text:
         _restore_main(main_path, restored)
     return 0
@@ -117,9 +122,14 @@ def default_config_version() -> int:
     """No main config: version 3 for a containerd 2.x binary, else 2."""
     import subprocess
 
+    from nvhook.admin.programs import trusted_which
+
+    binary = trusted_which("containerd", os.environ.get("PATH", ""))
+    if binary is None:  # absent, or where a user could have put it: not run as root
+        return 2
     try:
-        out = subprocess.run(["containerd", "--version"], capture_output=True, text=True,
-                             timeout=10, check=False).stdout
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             timeout=10, check=False, cwd="/").stdout
     except OSError:
         return 2
     words = [w for w in out.split() if w.startswith(("v1.", "v2.", "1.", "2."))]

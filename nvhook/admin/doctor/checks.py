@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from nvhook.config.model import HookConfig
-    from nvmount.discover.inventory import DriverInventory
+    from nvmount.api import DriverInventory
 
 # /proc/devices name -> the nodes of that major the doctor expects (control nodes only)
 _CONTROL = (("nvidiactl", "nvidia-frontend", 255, True), ("nvidia-uvm", "nvidia-uvm", 0, True),
@@ -53,7 +53,7 @@ def check_root(config: HookConfig) -> Finding:
     why = {"config": "nvidia-container-cli.root",
            "detected": "a driver container's root (nvidia-container-cli.root is unset)"}
     root = config.cli.root or "/"
-    from nvmount.engine import missing_root
+    from nvmount.api import missing_root
 
     missing = missing_root(root)
     if missing is not None:
@@ -66,8 +66,7 @@ def check_root(config: HookConfig) -> Finding:
 def check_driver(config: HookConfig) -> tuple[DriverInventory | None, list[Finding]]:
     """Discovery as a container start runs it; the inventory cache's state."""
     from nvhook.hook.mount import engine_options
-    from nvmount.engine import discover_cached, missing_root
-    from nvmount.faults import Faults
+    from nvmount.api import Faults, discover_cached, missing_root
 
     if missing_root(config.cli.root or "/") is not None:
         return None, []  # the driver root finding says it

@@ -1,7 +1,8 @@
 """Doctor checks of the host around nvhook: cgroups, running daemons (<proc>/*/comm), the
 container runtimes' configuration and the launchers they run, found on the PATH of the daemon
 that runs them (its <proc>/<pid>/environ) or else the caller's, CDI specs. Effects: reads files,
-lists processes, runs launchers' `--version`.
+lists processes, runs launchers' `--version` (only where root may run them:
+`nvhook.admin.programs`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def engine_path(paths: HostPaths, running: dict[str, int],
 def cgroup_mode(mountinfo: str) -> str:
     """"v2", "hybrid" (v1 devices controller and a cgroup2 mount), "v1", or "unknown" when
     no cgroup file system is mounted (a chroot without /sys). Pure."""
-    from nvmount.cgroup.find import parse_mountinfo
+    from nvmount.api import parse_mountinfo
 
     entries = parse_mountinfo(mountinfo)
     devices_v1 = any(m.fstype == "cgroup" and "devices" in m.super_options for m in entries)
@@ -131,13 +132,9 @@ def _containerd_files(paths: HostPaths) -> list[str]:
 
 
 def which(name: str, search: str) -> str | None:
-    if "/" in name:
-        return name if os.path.isfile(name) else None
-    for directory in search.split(":"):
-        candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    from nvhook.admin.programs import which as find
+
+    return find(name, search)
 
 
 def is_nvhook_launcher(path: str) -> bool:
@@ -234,7 +231,15 @@ def _target_finding(runtime: str, state: str, binary: str,
 
 
 def check_launcher(path: str, check: str, state: str = "") -> Finding:
-    """An nvhook launcher starts (`--version`): a moved installation fails here."""
+    """An nvhook launcher starts (`--version`): a moved installation fails here. Run only
+    when root may run it (`nvhook.admin.programs`): it was found on a PATH or in a config."""
+    from nvhook.admin.programs import untrusted
+
+    why = untrusted(path)
+    if why is not None:
+        return Finding(check, "fail", f"{path}{state}: not run: {why}",
+                       "install nvhook into a root-owned directory (nvhook install), and take "
+                       "user-writable directories off the engine's PATH")
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
                               check=False, cwd="/")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from nvhook.compat.cdihook.run import HookRun
     from nvhook.compat.cdihook.target import Target
     from nvhook.compat.urfave import Parsed
-    from nvmount.cgroup.common import CgroupTarget
+    from nvmount.api import CgroupTarget
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -75,7 +75,7 @@ def create_symlinks(run: HookRun, p: Parsed) -> None:
 
 # -- update-ldcache --------------------------------------------------------------------------
 def update_ldcache(run: HookRun, p: Parsed) -> None:
-    from nvmount.ldcache.setting import resolve_ldconfig
+    from nvmount.api import resolve_ldconfig
 
     folders = list(dict.fromkeys(p.strings("folder")))
     ldconfig = p.string("ldconfig-path")
@@ -100,8 +100,8 @@ def _write_ldcache(run: HookRun, target: Target, folders: list[str]) -> bool:
     """The image's ld.so.cache written by nvhook (`nvhook.compat.cdihook.ldcache`); False
     when that falls back to ldconfig."""
     from nvhook.compat.cdihook.ldcache import write_cache
+    from nvmount.api import Fallback
     from nvmount.errors import LdcacheError
-    from nvmount.ldcache.write import Fallback
 
     try:
         done = run.in_root(target, lambda root, procfs: write_cache(
@@ -122,9 +122,8 @@ def _write_ldcache(run: HookRun, target: Target, folders: list[str]) -> bool:
 def _run_ldconfig(run: HookRun, target: Target, dirs: tuple[str, ...], path: str) -> None:
     """The sandboxed host ldconfig (nvmount.ldcache) on the container: in its cgroups (a hook
     inside the container is in them already, as its children are)."""
-    from nvmount.cgroup.find import process_cgroups
+    from nvmount.api import process_cgroups, run_ldconfig
     from nvmount.errors import CgroupError
-    from nvmount.ldcache.ldconfig import run_ldconfig
 
     cgroups: tuple[CgroupTarget, ...] = ()
     if not target.in_container:

@@ -27,13 +27,13 @@ from __future__ import annotations
 import os
 import stat
 
-from nvmount.ldcache.write import Fallback
+from nvmount.api import Fallback
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from collections.abc import Container
 
-    from nvmount._libc import Libc
+    from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -147,7 +147,7 @@ class Sonames:
 
 
 def _read_elf(path_fd: int, name: str, procfs: ProcFs) -> tuple[str, int, int, int]:
-    from nvmount.discover.elf import ElfFormatError, parse_elf
+    from nvmount.api import ElfFormatError, parse_elf
 
     lib = os.open(f"thread-self/fd/{path_fd}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=procfs.fd)
     try:
@@ -333,10 +333,7 @@ def write_cache(root: Root, procfs: ProcFs, folders: list[str], owner: tuple[int
     sees the host's /run (before pivot_root), where `Sonames` keeps what it read. Raises
     Fallback (run the sandboxed ldconfig instead) or LdcacheError."""
     from nvhook.compat.cdihook import files
-    from nvmount.apply.journal import Journal
-    from nvmount.discover.ldcache import MACHINE_ARCHES
-    from nvmount.ldcache.image import entries_for
-    from nvmount.ldcache.write import write_entries
+    from nvmount.api import MACHINE_ARCHES, Journal, entries_for, write_entries
 
     machine = os.uname().machine
     abis, arches = ELF_ABIS.get(machine), MACHINE_ARCHES.get(machine)

@@ -30,7 +30,7 @@ from nvmount.errors import MountError, strerror
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount._libc import Libc
+    from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -61,9 +61,9 @@ def bind_params(root: Root, procfs: ProcFs, libc: Libc, data: bytes, *,
                 target_path: str = PARAMS) -> None:
     """Mount a read-only copy holding `data` over the container's params file (`target_path`,
     a procfs regular file of the rootfs)."""
-    from nvmount import _libc
-    from nvmount.apply import mounts
-    from nvmount.plan.types import RO_PROC, MountFlag
+    from nvmount.api import RO_PROC, MountFlag
+    from nvmount.api import apply_mounts as mounts
+    from nvmount.api import libc as _libc
 
     target = root.open_path(target_path, os.O_PATH, follow=False)
     try:
@@ -94,8 +94,8 @@ def bind_params(root: Root, procfs: ProcFs, libc: Libc, data: bytes, *,
 
 def _clone_file(tree: int, root: Root, procfs: ProcFs, libc: Libc) -> int:
     """A private detached clone of `params` in the tmpfs `tree` (see the module doc)."""
-    from nvmount import _libc
-    from nvmount.apply import mounts
+    from nvmount.api import apply_mounts as mounts
+    from nvmount.api import libc as _libc
 
     flags = _libc.OPEN_TREE_CLONE | _libc.OPEN_TREE_CLOEXEC
     try:
@@ -128,12 +128,19 @@ def _clone_file(tree: int, root: Root, procfs: ProcFs, libc: Libc) -> int:
 
 def sim_view(root: Root, procfs: ProcFs, libc: Libc, proc_root: str, data: bytes) -> None:
     """The simulated driver: /proc/driver and a procfs view with params, version, registry."""
-    from nvmount.apply import simproc
-    from nvmount.apply.journal import Journal
-    from nvmount.apply.steps import apply_plan
-    from nvmount.capabilities import UNGATED
-    from nvmount.plan.procfs import PROC_DRIVER, PROC_FILES
-    from nvmount.plan.types import RO_PROC, MountPlan, PlanEntry, Tmpfs, WriteFile
+    from nvmount.api import (
+        PROC_DRIVER,
+        PROC_FILES,
+        RO_PROC,
+        UNGATED,
+        Journal,
+        MountPlan,
+        PlanEntry,
+        Tmpfs,
+        WriteFile,
+        apply_plan,
+        simproc,
+    )
 
     journal = Journal("simulated procfs")
     try:

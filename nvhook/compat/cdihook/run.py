@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from nvhook.compat.cdihook.target import Target
     from nvhook.compat.urfave import Log, Parsed
     from nvhook.config.model import HookConfig
-    from nvmount._libc import Libc
+    from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -44,7 +44,7 @@ class HookRun:
     @property
     def libc(self) -> Libc:
         if self._libc is None:
-            from nvmount._libc import Libc
+            from nvmount.api import Libc
 
             self._libc = Libc()
         return self._libc

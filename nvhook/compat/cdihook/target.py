@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import TypeVar
 
     from nvhook.hook.oci import State
-    from nvmount._libc import Libc
+    from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -106,7 +106,7 @@ def locate(state_bytes: bytes, cwd: str | None, libc: Callable[[], Libc]) -> Tar
         fd = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         return Target(rootfs, ns_rootfs, fd, True, (os.geteuid(), os.getegid()), self_host,
                       state_pid=state.pid, config=doc)
-    from nvmount.container.open import open_container
+    from nvmount.api import open_container
 
     with open_container(state.pid, rootfs, no_cgroups=True, libc=libc()) as handle:
         return Target(rootfs, handle.ns_rootfs, os.dup(handle.mntns_fd), False,
@@ -196,7 +196,7 @@ def with_root(target: Target, libc: Libc, action: Callable[[Root, ProcFs], T], *
             root.check_proc_dir()
             root.check_proc_mounted()
         return action(root, procfs)
-    from nvmount.apply.namespace import entered
+    from nvmount.api import entered
 
     with ProcFs.open(libc) as procfs, entered(target.mntns_fd, libc), Root.open(
             target.ns_rootfs, libc, procfs=procfs, require_proc_dir=mounts,

@@ -34,8 +34,7 @@ from nvhook.errors import NvhookError, UsageError
 
 if TYPE_CHECKING:
     from nvhook.config.model import HookConfig
-    from nvmount.discover.inventory import DriverInventory
-    from nvmount.engine_types import EngineRequest
+    from nvmount.api import DriverInventory, EngineRequest
 
 VERSION = "1.17.8"
 CAPABILITY_FLAGS = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
@@ -143,8 +142,7 @@ def _flags(parsed: Parsed) -> dict[str, str | bool]:
 
 def _discover(parsed: Parsed, config: HookConfig) -> DriverInventory:
     from nvhook.hook.mount import engine_options
-    from nvmount.discover.driver import discover_driver
-    from nvmount.discover.options import DiscoveryOptions
+    from nvmount.api import DiscoveryOptions, discover_driver
 
     options = engine_options(config, cli_flags=_flags(parsed))
     o = parsed.opts
@@ -173,7 +171,7 @@ def list_files(parsed: Parsed, inv: DriverInventory) -> int:
     import argparse
 
     from nvhook.admin.driver_info import list_paths, parse_imex_channels
-    from nvmount.plan.selection import select_devices
+    from nvmount.api import select_devices
 
     o = parsed.opts
     args = argparse.Namespace(
@@ -205,10 +203,7 @@ def _list(values: dict[str, Any], name: str) -> list[str]:
 def configure(parsed: Parsed, config: HookConfig, cwd: str | None) -> int:
     """Configure the container whose init is --pid (else our parent) and rootfs ROOTFS."""
     from nvhook.hook.mount import engine_options
-    from nvmount import engine
-    from nvmount._libc import Libc
-    from nvmount.faults import Faults
-    from nvmount.plan.delivery import Delivered
+    from nvmount.api import Delivered, Faults, Libc, configure_container
 
     if len(parsed.args) != 1:
         raise UsageError("nvidia-container-cli: configure: expected one ROOTFS argument")
@@ -221,9 +216,9 @@ def configure(parsed: Parsed, config: HookConfig, cwd: str | None) -> int:
     options = engine_options(config, None, limit_privileges=True, delivered=delivered,
                              cli_flags=_flags(parsed))
     debug = bool(parsed.global_opts.get("debug"))
-    engine.configure_container(engine_request(parsed), pid, rootfs, options, Libc(),
-                               faults=Faults.from_env(os.environ, debug=debug,
-                                                      enabled=config.nvhook.test_faults))
+    configure_container(engine_request(parsed), pid, rootfs, options, Libc(),
+                        faults=Faults.from_env(os.environ, debug=debug,
+                                               enabled=config.nvhook.test_faults))
     return 0
 
 
@@ -239,8 +234,7 @@ def _pid(text: str) -> int:
 def engine_request(parsed: Parsed) -> EngineRequest:
     """The flags of `configure` as the engine's request."""
     from nvhook.hook.mount import imex_channel
-    from nvmount.capabilities import DriverCapability
-    from nvmount.engine_types import EngineRequest
+    from nvmount.api import DriverCapability, EngineRequest
 
     o = parsed.opts
     from nvhook.errors import RequestError

@@ -140,7 +140,7 @@ def _mode(mode: str, root: str) -> str:
     if mode in ("auto", "nvml", "csv"):
         return mode
     if mode == "wsl":
-        from nvmount.engine import is_wsl
+        from nvmount.api import is_wsl
 
         if not is_wsl(root):
             raise CliError(f"--mode=wsl: {root} is not a WSL2 root (no dev/dxg)")

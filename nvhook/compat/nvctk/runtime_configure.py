@@ -11,9 +11,11 @@ configure` (nvhook.admin.configure), which writes the file.
 
 Differences, each said once on stderr or in docs/nvidia-cli.md: the runtime path written is
 the installed wrapper's absolute path unless one is given (1.20 writes the bare
-`nvidia-container-runtime` for docker); containerd and CRI-O are configured through a drop-in
-only (`--drop-in-config=""`, which makes 1.20 rewrite the main file, is refused);
-`--config-source=command` is refused (nvhook reads the file).
+`nvidia-container-runtime` for docker): the one installed beside this nvidia-ctk first (an
+`nvhook install --prefix` directory need not be on PATH), else the one on PATH; containerd
+and CRI-O are configured through a drop-in only (`--drop-in-config=""`, which makes 1.20
+rewrite the main file, is refused); `--config-source=command` is refused (nvhook reads the
+file).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def translate(v: dict[str, object], given: set[str], ctx: Context) -> list[str]:
         if runtime != "docker" and not path.startswith("/"):
             raise CliError(f'the NVIDIA runtime path "{path}" is not an absolute path')
         out.append(f"--runtime-path={path}")
+    else:
+        out += _sibling(ctx)
     out += _source(v, runtime, ctx)
     out += _mode(v, given, runtime, ctx)
     if v["nvidia-set-as-default"]:
@@ -101,6 +105,27 @@ def translate(v: dict[str, object], given: set[str], ctx: Context) -> list[str]:
     if v["dry-run"]:
         out.append("--dry-run")
     return out
+
+
+def _sibling(ctx: Context) -> list[str]:
+    """`--runtime-path` of the nvidia-container-runtime installed beside this nvidia-ctk
+    (`nvhook install --prefix DIR` fills DIR with both; DIR need not be on PATH), when it is
+    nvhook's and root may run it (`nvhook.admin.programs`); else [] (the PATH lookup)."""
+    if not ctx.program:
+        return []
+    from nvhook.admin.programs import untrusted
+    from nvhook.launch.write import MARKER
+
+    where = os.path.dirname(os.path.join(ctx.cwd or "/", ctx.program))
+    path = os.path.normpath(os.path.join(where, "nvidia-container-runtime"))
+    try:
+        with open(path, "rb") as f:
+            ours = MARKER.encode() in f.read(4096)
+    except OSError:
+        return []
+    if not ours or not os.access(path, os.X_OK) or untrusted(path) is not None:
+        return []
+    return [f"--runtime-path={path}"]
 
 
 def _source(v: dict[str, object], runtime: str, ctx: Context) -> list[str]:

@@ -126,7 +126,7 @@ def existing_nodes(root: str) -> list[tuple[str, int, int]]:
 
 def possible_nodes(root: str, proc_root: str) -> list[tuple[str, int, int]]:
     """Every node the loaded driver could have (see the module doc)."""
-    from nvmount.discover.devices import read_char_majors, read_mig_minors
+    from nvmount.api import read_char_majors, read_mig_minors
 
     majors = read_char_majors(proc_root)
     gpu, uvm, caps = (majors.get(n) for n in ("nvidia-frontend", "nvidia-uvm", "nvidia-caps"))
@@ -162,7 +162,7 @@ def _gpu_minors(proc_root: str) -> list[int]:
 
 def _prepare(ctx: Context, root: str, proc_root: str, modules: bool, nodes: bool,
              dry: bool) -> None:
-    from nvmount.apply import host_nodes
+    from nvmount.api import host_nodes
 
     if modules:
         ctx.log.info("Loading NVIDIA kernel modules" + (" (dry run)" if dry else ""))
@@ -185,7 +185,7 @@ def device_nodes(ctx: Context, v: dict[str, object]) -> int:
     if v["load-kernel-modules"]:
         ctx.log.info("Loading NVIDIA kernel modules" + (" (dry run)" if dry else ""))
         if not dry:
-            from nvmount.apply import host_nodes
+            from nvmount.api import host_nodes
 
             host_nodes.load_modules(root, proc_root)
     if v["control-devices"]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from nvhook.errors import SimError
-from nvmount import _libc
+from nvmount.api import libc as _libc
 
 PROC_DRIVER = "proc/driver"
 

@@ -1,4 +1,4 @@
-"""nvmount.engine against a real "container": a process in its own mount namespace whose
+"""nvmount.pipeline against a real "container": a process in its own mount namespace whose
 rootfs is a temp glibc tree, with /proc mounted, the simulation's /proc/driver tmpfs and a
 v1 devices cgroup; the driver is the simulated one.
 
@@ -28,11 +28,11 @@ from nvhook.dev.sim.prestart import mount_proc_driver
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C
 from nvmount.container.dryrun import open_rootfs_readonly
-from nvmount.engine import configure_container, plan_only
-from nvmount.engine_types import EngineOptions, EngineRequest
 from nvmount.errors import NvmountError, RequirementError
 from nvmount.faults import Faults
+from nvmount.pipeline import configure_container, plan_only
 from nvmount.plan.types import Bind
+from nvmount.requests import EngineOptions, EngineRequest
 from tests.fixtures.cgroup import devices_list, require_v1_devices, v1_cgroup
 from tests.fixtures.containers import RootfsCache, relevant_mount_marks
 
@@ -345,15 +345,15 @@ def test_plan_only_needs_no_privileges(rootfs_cache: RootfsCache) -> None:
 def test_mig_minors_are_read_only_for_mig_config_or_monitor(
         sim_mig_root: SimRoot, rootfs: Path, request_: EngineRequest, reads: bool) -> None:
     """Skipping the ~4300-line minors file must not change any plan: with and without it."""
-    from nvmount import engine
+    from nvmount import pipeline
 
     opts = options(sim_mig_root)
-    assert engine.needs_mig_minors(request_) is reads
+    assert pipeline.needs_mig_minors(request_) is reads
     plan = plan_only(request_, str(rootfs), opts, Libc())
-    full = engine.discover(opts, Faults(), mig_minors=True)
+    full = pipeline.discover(opts, Faults(), mig_minors=True)
     assert full.mig_minors
     with open_rootfs_readonly(str(rootfs), Libc()) as root:
-        reference = engine.make_plan(full, engine.select_and_check(full, request_), request_,
+        reference = pipeline.make_plan(full, pipeline.select_and_check(full, request_), request_,
                                      root, opts)
     assert plan is not None and plan.device_rules == reference.device_rules
     assert plan.entries == reference.entries

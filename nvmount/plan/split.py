@@ -21,7 +21,8 @@ whoever edited the spec, and a spec that was not edited leaves the plan whole.
 
 from __future__ import annotations
 
-from nvmount.plan.types import Bind, DeviceRule, MountPlan, PlanEntry, SourceKind
+from nvmount.fs.paths import SourceKind
+from nvmount.plan.types import Bind, DeviceRule, MountPlan, PlanEntry
 
 # Bind labels (`Bind.what`) of host files a runtime can bind-mount from the spec's `mounts`.
 RUNTIME_MOUNTS = frozenset({"binary", "library", "library32", "firmware", "ipc",

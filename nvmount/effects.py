@@ -1,6 +1,6 @@
 """The effectful half of `configure_container`: mounts, device cgroup, ldconfig, rollback.
 
-Stage: orchestration (see `nvmount.engine`). `Run.execute` clones the plan's sources on the
+Stage: orchestration (see `nvmount.pipeline`). `Run.execute` clones the plan's sources on the
 host, enters the container's mount namespace to apply the plan, leaves, updates the device
 cgroup and runs ldconfig; each phase with its stage's capabilities. On any failure it undoes
 the cgroup changes and re-enters the namespace to roll the mount journal back.
@@ -8,9 +8,9 @@ the cgroup changes and re-enters the namespace to roll the mount journal back.
 
 from __future__ import annotations
 
-from nvmount.engine_types import Effects
 from nvmount.errors import LdcacheError, NvmountError
 from nvmount.log import get_logger
+from nvmount.requests import Effects
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from nvmount.apply.steps import ApplyResult
     from nvmount.cgroup.common import CgroupChange
     from nvmount.container.open import ContainerHandle
-    from nvmount.engine_types import EngineOptions
     from nvmount.faults import Faults
     from nvmount.fds import Cleanup
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
     from nvmount.ldcache.ldconfig import LdconfigResult
     from nvmount.plan.types import MountPlan
+    from nvmount.requests import EngineOptions
     from nvmount.timing import PhaseTimer
 
 log = get_logger(__name__)
@@ -170,7 +170,7 @@ class Run:
         return done
 
     def _ldconfig(self) -> LdconfigResult:
-        from nvmount.cgroup.find import process_cgroups
+        from nvmount.container.cgroup import process_cgroups
         from nvmount.errors import CgroupError
         from nvmount.ldcache.ldconfig import LdconfigResult, run_ldconfig
         from nvmount.ldcache.setting import resolve_ldconfig

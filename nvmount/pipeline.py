@@ -18,9 +18,9 @@ everything else is still undone; otherwise an ldconfig failure is a warning.
 rootfs through an O_PATH fd on its host path; it needs no pid and no privileges and returns
 None when no driver is found.
 
-The effectful half (apply, cgroup, ldconfig, rollback) is `nvmount.engine_run.Run`; the
+The effectful half (apply, cgroup, ldconfig, rollback) is `nvmount.effects.Run`; the
 records at the boundary (`EngineRequest`, `EngineOptions`, `EngineResult`) are in
-`nvmount.engine_types`. This module only orders the stages: the work is in the stage
+`nvmount.requests`. This module only orders the stages: the work is in the stage
 packages (discover, plan, container, apply, cgroup, ldcache).
 
 Capabilities: each phase runs with its stage's capabilities effective (`privileges.stage`);
@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import os
 
-from nvmount.engine_run import Run
-from nvmount.engine_types import Effects, EngineOptions, EngineRequest, EngineResult
+from nvmount.effects import Run
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
 from nvmount.fds import Cleanup
 from nvmount.log import DEBUG, WARNING, get_logger
 from nvmount.plan.types import MountPlan, PlanOptions
+from nvmount.requests import Effects, EngineOptions, EngineRequest, EngineResult
 from nvmount.timing import PhaseTimer
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -48,10 +48,10 @@ if TYPE_CHECKING:
 
     from nvmount._libc import Libc
     from nvmount.container.open import ContainerHandle
-    from nvmount.container.types import ContainerLayout
     from nvmount.discover.inventory import DriverInventory
     from nvmount.fs.rootfs import Root
     from nvmount.plan.selection import Selection
+    from nvmount.plan.types import ContainerLayout
 
 log = get_logger(__name__)
 
@@ -204,7 +204,7 @@ def _warn_missing_uvm(inventory: DriverInventory, request: EngineRequest,
 
 def hook_plan(plan: MountPlan, options: EngineOptions) -> MountPlan:
     """The part of `plan` the hook applies: without what the runtime delivers (spec mode)."""
-    from nvmount.plan.delivery import hook_share
+    from nvmount.plan.split import hook_share
 
     share = hook_share(plan, options.delivered)
     if share is not plan:

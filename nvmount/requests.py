@@ -1,5 +1,5 @@
 """Records at the engine's boundary: what a caller asks for, with which host settings, and
-what `nvmount.engine.configure_container` did. Pure data (the hook builds the first two from
+what `nvmount.pipeline.configure_container` did. Pure data (the hook builds the first two from
 its request and config.toml, `nvhook.hook.mount`).
 """
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from nvmount.apply.steps import ApplyResult
     from nvmount.discover.inventory import DriverInventory
     from nvmount.ldcache.ldconfig import LdconfigResult
-    from nvmount.plan.delivery import Delivered
+    from nvmount.plan.split import Delivered
     from nvmount.plan.types import MountPlan
 
 
@@ -59,7 +59,7 @@ class EngineOptions:
     container_id: str = ""  # for the timing record
     limit_privileges: bool = False  # cut the permitted capability set first (the hook does)
     sim_procfs: bool = False  # simulated driver: a tmpfs on /proc/driver first (apply.simproc)
-    delivered: Delivered | None = None  # what the runtime does from the spec (plan.delivery)
+    delivered: Delivered | None = None  # what the runtime does from the spec (plan.split)
     # labels (`what`) of entries whose target may be read-only: a symlink or tmpfs there that
     # fails with EROFS is skipped with a warning (CDI hooks: links, the application profile)
     optional: frozenset[str] = frozenset()
@@ -83,7 +83,7 @@ class EngineResult:
 
 @record
 class Effects:
-    """What the effectful half did (`nvmount.engine_run.Run.execute`)."""
+    """What the effectful half did (`nvmount.effects.Run.execute`)."""
 
     applied: ApplyResult
     cgroup: str

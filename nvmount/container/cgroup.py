@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 
-from nvmount.cgroup.common import CgroupTarget
 from nvmount.errors import CgroupError
 from nvmount.log import get_logger
 from nvmount.records import record
@@ -28,6 +27,14 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 log = get_logger(__name__)
+
+
+@record
+class CgroupTarget:
+    """The container's device cgroup: its hierarchy version and host directory."""
+
+    version: int  # 1 or 2
+    path: str  # host path of the container's devices cgroup dir (v1) or cgroup dir (v2)
 
 
 @record
