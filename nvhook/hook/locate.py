@@ -112,7 +112,7 @@ def _runtime_argvs() -> list[list[str]]:
 def _host_uid(euid: int) -> int:
     """`euid` as the parent user namespace sees it: a rootless engine's hook is root in the
     engine's namespace and its crun keeps state under the user's /run/user/UID."""
-    from nvmount.container.open import map_to_host, parse_id_map
+    from nvmount.api import map_to_host, parse_id_map
     from nvmount.errors import NvmountError
 
     try:

@@ -20,7 +20,7 @@ from nvmount.fs.paths import split_leaf
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount._libc import Libc
+    from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
