@@ -160,8 +160,8 @@ def _idmapped(lower: str, upper: str, userns_pid: int) -> None:
 
 
 def _create_in_idmapped(tmp: str, pid: int, owner: tuple[int, int]) -> dict[str, object]:
+    from nvmount.fs.paths import SourceKind
     from nvmount.fs.rootfs import Root
-    from nvmount.plan.types import SourceKind
 
     lower, upper = f"{tmp}/lower", f"{tmp}/upper"
     _idmapped(lower, upper, pid)
