@@ -26,6 +26,7 @@ from tests.fixtures.clientrig.podman import Podman
 from tests.fixtures.clients import ClientRig, describe
 from tests.fixtures.gpu_clients import GpuInstall, install, nvhook
 from tests.fixtures.nodes import Node
+from tests.fixtures.nvidia_specs import spec_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.usefixtures("client_leak_check")]
 OWN_NODE = True  # engine_node below, not nodes.parametrize_nodes's host
@@ -200,6 +201,24 @@ def test_non_root_user_opens_its_gpu(v2: V2Rig, path: str) -> None:
     errors, owners = run(v2, v2.podman("crun"),
                          ["--user", "1000:1000", "--group-add", "keep-groups",
                           *(LEGACY if path == "hooks.d" else CDI)])
+    assert not wrong(errors, None), errors
+    assert not not_roots(owners), owners
+
+
+@pytest.mark.userns
+def test_userns_auto_nvidias_spec(v2: V2Rig) -> None:
+    """NVIDIA 1.20's own spec (its createContainer hooks: /usr/bin/nvidia-cdi-hook, nvhook's
+    drop-in from the .deb) under --userns=auto: the hooks run inside the container's user
+    namespace, find the rootfs in crun's `root` and make links the container's root owns
+    (NVIDIA's own nvidia-cdi-hook fails there: issue 28)."""
+    ours = v2.node.path("/etc/cdi/nvidia.yaml")
+    kept = ours.read_bytes()
+    ours.write_text(spec_text("1.20.0", v2.gpu.sim.path))
+    try:
+        errors, owners = run(v2, v2.podman("crun"), ["--userns=auto", "--device",
+                                                     "nvidia.com/gpu=0"])
+    finally:
+        ours.write_bytes(kept)
     assert not wrong(errors, None), errors
     assert not not_roots(owners), owners
 
