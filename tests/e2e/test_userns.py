@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,12 +58,7 @@ class V2Rig:
     def __init__(self, rig: ClientRig, gpu: GpuInstall) -> None:
         self.rig, self.gpu, self.node = rig, gpu, rig.node
         add_sim_nodes(self.node, Path(gpu.sim.path))
-        spec = self.node.path("/etc/cdi/nvidia.yaml")
-        spec.parent.mkdir(parents=True, exist_ok=True)
-        proc = nvhook("--config", gpu.sim.config_path, "cdi", "generate", "--output", str(spec),
-                      "--hook-path", str(gpu.prefix / "nvhook-hook"))  # the node's launcher
-        assert proc.returncode == 0, proc.stderr
-        spec.chmod(0o644)
+        self.generate()
         add_containers_user(self.node)
         self.hooks = rig.short_dir("nvhook-hooks-")
         self.hooks.chmod(0o755)
@@ -82,6 +79,16 @@ class V2Rig:
         install(self.auto_prefix, gpu.prefix.parent / "auto.toml", Path(gpu.sim.config_path),
                 node=self.node)
         self.pods: dict[str, Podman] = {}
+
+    def generate(self) -> None:
+        """The CDI spec of the simulated driver in the node's /etc/cdi (its hook: the node's
+        launcher)."""
+        spec = self.node.path("/etc/cdi/nvidia.yaml")
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        proc = nvhook("--config", self.gpu.sim.config_path, "cdi", "generate", "--output",
+                      str(spec), "--hook-path", str(self.gpu.prefix / "nvhook-hook"))
+        assert proc.returncode == 0, proc.stderr
+        spec.chmod(0o644)
 
     def hook_log(self) -> str:
         """The legacy hook's log of the last container (for failure messages)."""
@@ -117,12 +124,12 @@ def add_containers_user(node: Node) -> None:
 AUTO_RANGE = "containers:3000000:1000000"
 
 
-def run(v2: V2Rig, pod: Podman, flags: list[str], *,
-        runtime: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
+def run(v2: V2Rig, pod: Podman, flags: list[str], *, runtime: str | None = None,
+        image: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """(open errors by node, owner by path) of PROBE in a container."""
     v2.log.unlink(missing_ok=True)
     Path(f"{v2.log}.stderr").unlink(missing_ok=True)
-    proc = pod.run(PROBE, flags=[*NO_CGROUP, *flags], runtime=runtime)
+    proc = pod.run(PROBE, flags=[*NO_CGROUP, *flags], runtime=runtime, image=image)
     assert proc.returncode == 0, describe(proc) + v2.hook_log()
     errors = open_errors(proc.stdout.partition("owners:")[0])
     owners = dict(line.rsplit(" ", 1) for line in
@@ -221,6 +228,40 @@ def test_userns_auto_nvidias_spec(v2: V2Rig) -> None:
         ours.write_bytes(kept)
     assert not wrong(errors, None), errors
     assert not not_roots(owners), owners
+
+
+@pytest.mark.userns
+def test_image_user_in_video_opens_its_gpu(v2: V2Rig, tmp_path: Path) -> None:
+    """Nodes 0660 root:video (44), as a distribution's udev rules make them, in the CDI spec:
+    the image's user `gpu`, a member of `video` in the image's /etc/group, opens its GPU.
+    (Podman 5.8 with crun makes the --user the nodes' owner, so a user outside video opens
+    them too: the group is not what is tested for a non-member.)"""
+    image = tmp_path / "rootfs"
+    shutil.copytree(v2.rig.rootfs, image, symlinks=True)
+    (image / "etc/passwd").write_text((image / "etc/passwd").read_text()
+                                      + "gpu:x:1000:1000::/:/bin/sh\n")
+    group = (image / "etc/group").read_text().replace("video:x:44:\n", "video:x:44:gpu\n")
+    (image / "etc/group").write_text(group + "gpu:x:1000:\n")
+    pod = v2.podman("crun")
+    default = pod.image
+    ref = pod.import_rootfs(image, "nvhook.test/video:latest")
+    pod.image = default
+    nodes = [Path(v2.gpu.sim.path) / "dev" / n
+             for n in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")]
+    spec = v2.node.path("/etc/cdi/nvidia.yaml")
+    kept = spec.read_bytes()
+    try:
+        for node in nodes:
+            os.chown(node, 0, 44)
+            os.chmod(node, 0o660)
+        v2.generate()  # the spec's nodes carry the host nodes' mode and group
+        member, _ = run(v2, pod, ["--user", "gpu", *CDI], image=ref)
+    finally:
+        for node in nodes:
+            os.chmod(node, 0o666)
+            os.chown(node, 0, 0)
+        spec.write_bytes(kept)
+    assert not wrong(member, None), member
 
 
 # -- rootless ----------------------------------------------------------------------------------
