@@ -212,3 +212,17 @@ def test_entries_in_an_idmapped_rootfs_belong_to_the_container(tmp_path: Path) -
                  "usr/lib/libcuda.so.1": 0o777, "etc/cache": 0o644}
     for name, (seen, disk, mode) in out.items():
         assert (seen, disk, mode) == ((MAPPED, MAPPED), (0, 0), want_mode[name]), name
+
+
+@pytest.mark.root
+def test_a_config_is_not_inside_a_slash_starting_directory(tmp_path: Path) -> None:
+    """crun starts a "/" bundle's hooks in "/": every path is under it, none is the bundle."""
+    from nvhook.config.load import untrusted_reason
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the starting-directory rule is root's)")
+    os.chmod(tmp_path, 0o755)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    assert untrusted_reason(str(config), "/") is None
+    assert "starting directory" in (untrusted_reason(str(config), str(tmp_path)) or "")
