@@ -78,13 +78,15 @@ if TYPE_CHECKING:
     from nvmount.pipeline import select_and_check as select_and_check
     from nvmount.pipeline import write_timing as write_timing
     from nvmount.plan import requirements as requirements
+    from nvmount.plan.app_profile import APP_PROFILE_DIR as APP_PROFILE_DIR
+    from nvmount.plan.app_profile import APP_PROFILE_FILE as APP_PROFILE_FILE
+    from nvmount.plan.app_profile import APP_PROFILE_MODE as APP_PROFILE_MODE
+    from nvmount.plan.app_profile import MASK_BITS as MASK_BITS
+    from nvmount.plan.app_profile import app_profile_bytes as app_profile_bytes
+    from nvmount.plan.app_profile import gpu_mask as gpu_mask
     from nvmount.plan.mounts import newer_compat_dirs as newer_compat_dirs
-    from nvmount.plan.procfs import APP_PROFILE_DIR as APP_PROFILE_DIR
-    from nvmount.plan.procfs import APP_PROFILE_FILE as APP_PROFILE_FILE
-    from nvmount.plan.procfs import APP_PROFILE_MODE as APP_PROFILE_MODE
     from nvmount.plan.procfs import PROC_DRIVER as PROC_DRIVER
     from nvmount.plan.procfs import PROC_FILES as PROC_FILES
-    from nvmount.plan.procfs import app_profile_bytes as app_profile_bytes
     from nvmount.plan.procfs import rewrite_params as rewrite_params
     from nvmount.plan.selection import Selection as Selection
     from nvmount.plan.selection import select_devices as select_devices
@@ -138,8 +140,9 @@ _HOMES: dict[str, str] = {
     "Selection": "nvmount.plan.selection", "select_devices": "nvmount.plan.selection",
     "Delivered": "nvmount.plan.split", "RUNTIME_MOUNTS": "nvmount.plan.split",
     "runtime_share": "nvmount.plan.split", "newer_compat_dirs": "nvmount.plan.mounts",
-    **dict.fromkeys(("APP_PROFILE_DIR", "APP_PROFILE_FILE", "APP_PROFILE_MODE", "PROC_DRIVER",
-                     "PROC_FILES", "app_profile_bytes", "rewrite_params"), "nvmount.plan.procfs"),
+    **dict.fromkeys(("PROC_DRIVER", "PROC_FILES", "rewrite_params"), "nvmount.plan.procfs"),
+    **dict.fromkeys(("APP_PROFILE_DIR", "APP_PROFILE_FILE", "APP_PROFILE_MODE", "MASK_BITS",
+                     "app_profile_bytes", "gpu_mask"), "nvmount.plan.app_profile"),
     "requirements": "nvmount.plan.requirements:",
     # container: open it, its device cgroup, its layout
     "open_container": "nvmount.container.open", "map_to_host": "nvmount.container.open",

@@ -159,7 +159,7 @@ class Run:
         try:
             with entered(self.handle.mntns_fd, self.libc):
                 done = update_ldcache(root, procfs, self.plan,
-                                      (self.handle.uid, self.handle.gid), self.mounts, self.libc)
+                                      (self.handle.uid, self.handle.gid), self.mounts)
         except LdcacheError as err:
             if self.options.ldconfig_required:
                 raise LdcacheError(f"{err} (ldconfig-required = true)") from err

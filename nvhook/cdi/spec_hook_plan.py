@@ -22,6 +22,7 @@ from nvmount.api import (
     APP_PROFILE_DIR,
     APP_PROFILE_FILE,
     APP_PROFILE_MODE,
+    MASK_BITS,
     PROC_DRIVER,
     RO_PROC,
     UNGATED,
@@ -31,6 +32,7 @@ from nvmount.api import (
     Tmpfs,
     WriteFile,
     app_profile_bytes,
+    gpu_mask,
     rewrite_params,
 )
 from nvmount.fs.paths import SourceKind
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
 
 # labels of the entries a read-only target may skip (EngineOptions.optional)
 OPTIONAL = frozenset(("driver link", "dri link", "application profiles"))
-_MASK_BITS = 64
 
 
 def hook_plan(inputs: HookInputs, granted: tuple[str, ...], proc_files: tuple[ProcFile, ...],
@@ -86,13 +87,10 @@ def _procfs(inputs: HookInputs, files: tuple[ProcFile, ...],
 def _app_profile(minors: list[int], warnings: list[str]) -> list[PlanEntry]:
     entries: list[PlanEntry] = [Tmpfs(APP_PROFILE_DIR, APP_PROFILE_MODE, RO_PROC,
                                       "application profiles")]
-    mask = 0
-    for minor in dict.fromkeys(minors):
-        if minor >= _MASK_BITS:
-            warnings.append(f"application profile: GPU minor {minor} (>= {_MASK_BITS}) is not "
-                            "listed in EGLVisibleDGPUDevices")
-        else:
-            mask |= 1 << minor
+    mask, dropped = gpu_mask(list(dict.fromkeys(minors)))
+    for minor in dropped:
+        warnings.append(f"application profile: GPU minor {minor} (>= {MASK_BITS}) is not "
+                        "listed in EGLVisibleDGPUDevices")
     if mask:
         entries.append(WriteFile(APP_PROFILE_FILE, app_profile_bytes(mask), APP_PROFILE_MODE,
                                  "application profile"))

@@ -21,7 +21,8 @@ from __future__ import annotations
 import sys
 
 from nvhook.errors import NvhookError
-from nvmount.log import DEBUG, ERROR, INFO, WARNING, Sink
+from nvhook.logrus import LogrusLog, go_quote, local_time, text_line
+from nvmount.log import DEBUG, ERROR, INFO, WARNING
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -184,75 +185,19 @@ def usage(command: str, summary: str, flags: Sequence[Flag], subcommands: Sequen
     return "\n".join(lines) + "\n"
 
 
-# -- logrus-style lines ------------------------------------------------------------------------
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/@^+")
-LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3}
-
-
-def quote(text: str) -> str:
-    """logrus' TextFormatter value: bare when it needs no quoting, else Go's %q."""
-    if text and all(c in _SAFE for c in text):
-        return text
-    out = []
-    for c in text:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif c == "\r":
-            out.append("\\r")
-        elif ord(c) < 0x20 or ord(c) == 0x7F or 0x80 <= ord(c) < 0xA0:
-            out.append(f"\\x{ord(c):02x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
-def timestamp() -> str:
-    import time
-
-    now = time.localtime()
-    offset = now.tm_gmtoff or 0
-    sign, minutes = "+" if offset > 0 else "-", abs(offset) // 60
-    zone = "Z" if offset == 0 else f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", now) + zone
-
-
-class Log(Sink):
+# -- logrus-style lines (`nvhook.logrus`) -------------------------------------------------------
+class Log(LogrusLog):
     """NVIDIA's log lines on stderr: `time="..." level=warning msg="..."`. Its own messages
     from info up by default, debug with `--debug`, errors only with `--quiet` (which wins).
     Installed as the engine's sink (`nvmount.log.install`), it shows the engine's warnings
     and errors (everything with `--debug`) the same way."""
 
-    __slots__ = ("own",)
+    __slots__ = ()
 
     def __init__(self, *, debug: bool = False, quiet: bool = False) -> None:
-        super().__init__(ERROR if quiet else DEBUG if debug else WARNING)
-        self.own = LEVELS["error"] if quiet else LEVELS["debug" if debug else "info"]
-
-    def emit(self, level: int, name: str, message: str) -> None:
-        if level >= self.level:
-            self.write("debug" if level <= DEBUG else "info" if level <= INFO else
-                       "warning" if level <= WARNING else "error", message)
+        super().__init__(ERROR if quiet else DEBUG if debug else INFO,
+                         ERROR if quiet else DEBUG if debug else WARNING)
 
     def write(self, level: str, message: str) -> None:
-        sys.stderr.write(f'time="{timestamp()}" level={level} msg={quote(message)}\n')
+        sys.stderr.write(text_line(local_time(), level, go_quote(message)))
         sys.stderr.flush()
-
-    def log(self, level: str, message: str) -> None:
-        if LEVELS[level] >= self.own:
-            self.write(level, message)
-
-    def debug(self, message: str) -> None:
-        self.log("debug", message)
-
-    def info(self, message: str) -> None:
-        self.log("info", message)
-
-    def warning(self, message: str) -> None:
-        self.log("warning", message)
-
-    def error(self, message: str) -> None:
-        self.log("error", message)

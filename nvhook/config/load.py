@@ -1,6 +1,7 @@
 """Where the hook's config.toml is, and its parsed document (stage 0 of the hook, its I/O).
 
-Lookup order (`find_config`): `--config` > `NVIDIA_CTK_CONFIG_FILE_PATH` >
+Lookup order (`find_config`, in the one order of `nvhook.config.basics`): `--config` >
+`NVIDIA_CTK_CONFIG_FILE_PATH` >
 `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml` -> `/etc/nvidia-container-runtime/
 config.toml`. A missing explicit file is an error; missing default files mean built-in
 defaults. The TOML document is parsed once per change of the file: it is kept in a root-only
@@ -27,6 +28,8 @@ import os
 import stat
 
 from nvhook import __version__
+from nvhook.config.basics import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH, EXPLICIT, XDG_ENV
+from nvhook.config.basics import candidates as config_candidates
 from nvhook.errors import ConfigError
 from nvmount.bounds import shorten
 from nvmount.cachefile import DEFAULT_DIR, file_stamp, load, store
@@ -38,9 +41,7 @@ if TYPE_CHECKING:
 
     from nvhook.config.model import HookConfig
 
-DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
-CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
-XDG_ENV = "XDG_CONFIG_HOME"
+__all__ = ("CONFIG_PATH_ENV", "DEFAULT_CONFIG_PATH", "XDG_ENV")  # re-exported
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _CACHE_NAME = "config"  # {path: (file stamp, document)} of the last few files parsed
 _CACHED_FILES = 8
@@ -53,25 +54,25 @@ def find_config(
     "NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME", or "" for /etc; the last two are
     optional). A relative `--config` is taken relative to `cwd` (the hook's original
     directory); a relative `NVIDIA_CTK_CONFIG_FILE_PATH` is an error."""
-    if explicit_path:
-        return (os.path.join(cwd, explicit_path) if cwd else explicit_path), "--config"
-    named = environ.get(CONFIG_PATH_ENV)
-    if named:
-        if not named.startswith("/"):
-            raise ConfigError(
-                f"{CONFIG_PATH_ENV}={shorten(named)!r}: not an absolute path (paths from the "
-                "hook's environment must be absolute; name the file with --config instead)")
-        return named, CONFIG_PATH_ENV
-    xdg = environ.get(XDG_ENV, "")
-    if xdg.startswith("/"):  # the XDG spec: a relative value is invalid and ignored
-        candidate = os.path.join(xdg, "nvidia-container-runtime", "config.toml")
-        if os.path.exists(candidate):
-            why = untrusted_reason(candidate, cwd)
-            if why is None:
-                return candidate, XDG_ENV
-            _warn(f"ignoring {shorten(candidate, 300)} named by {XDG_ENV}: {why}")
-    if os.path.exists(DEFAULT_CONFIG_PATH):
-        return DEFAULT_CONFIG_PATH, ""
+    for path, origin, _ in config_candidates(environ, explicit_path,
+                                             default=DEFAULT_CONFIG_PATH):
+        if origin == EXPLICIT:
+            return (os.path.join(cwd, path) if cwd else path), EXPLICIT
+        if origin == CONFIG_PATH_ENV:
+            if not path.startswith("/"):
+                raise ConfigError(
+                    f"{CONFIG_PATH_ENV}={shorten(path)!r}: not an absolute path (paths from "
+                    "the hook's environment must be absolute; name the file with --config "
+                    "instead)")
+            return path, CONFIG_PATH_ENV
+        if origin == XDG_ENV:  # the XDG spec: a relative value is invalid and ignored
+            if path.startswith("/") and os.path.exists(path):
+                why = untrusted_reason(path, cwd)
+                if why is None:
+                    return path, XDG_ENV
+                _warn(f"ignoring {shorten(path, 300)} named by {XDG_ENV}: {why}")
+        elif os.path.exists(path):
+            return path, ""
     return None, ""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from nvhook.config.basics import DEFAULT_RUNTIMES
 from nvhook.config.host import default_ldconfig, default_user, normalise_ldconfig
 from nvhook.errors import ConfigError
 from nvmount.api import KNOWN_CAPABILITIES, DriverCapability
@@ -53,7 +54,7 @@ class RuntimeConfig:
 
     debug: str = "/dev/null"
     log_level: str = "info"
-    runtimes: tuple[str, ...] = ("docker-runc", "runc", "crun")
+    runtimes: tuple[str, ...] = DEFAULT_RUNTIMES
     mode: str = "auto"
     modes_csv_mount_spec_path: str = "/etc/nvidia-container-runtime/host-files-for-container.d"
     modes_cdi_default_kind: str = "nvidia.com/gpu"

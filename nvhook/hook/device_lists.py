@@ -10,6 +10,7 @@ from __future__ import annotations
 from nvhook.config.model import HookConfig, go_trim_space
 from nvhook.errors import RequestError
 from nvhook.hook.oci import go_clean
+from nvhook.hook.request_env import DEVICE_LIST_ROOT, VISIBLE_DEVICES
 from nvmount.bounds import MAX_DIGITS, is_decimal, shorten
 from nvmount.log import get_logger
 
@@ -19,9 +20,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
-DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 MAX_ID_CHARS = 256  # a MIG UUID is 60, a CDI name at most ~250
 # NVIDIA 1.20's lines (Go's %v of the variable names: "[A B]")
 UNPRIVILEGED_LOG = "Ignoring devices requested by environment variable(s) in unprivileged " \

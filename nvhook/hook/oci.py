@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
-MAX_JSON_DIGITS = 20  # any 64-bit integer; a longer number is refused before int() sees it
 _MAX_PID = 2**31 - 1
 _CHUNK = 65536
 
@@ -105,42 +104,15 @@ def _array(value: Any, where: str) -> list[Any]:
     return value
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON value {name}")
-
-
-def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """Keep keys in the order of their last occurrence, so `field` sees Go's "last one wins"."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        obj.pop(key, None)
-        obj[key] = value
-    return obj
-
-
-def _parse_int(text: str) -> int:
-    """A JSON integer, its length checked before int() (Python's own 4300-digit limit would
-    raise a bare ValueError, and the conversion below it is quadratic)."""
-    digits = len(text.lstrip("-"))
-    if digits > MAX_JSON_DIGITS:
-        raise ValueError(f"a number with {digits} digits (at most {MAX_JSON_DIGITS})")
-    return int(text)
-
-
 def decode_json(data: bytes) -> Any:
-    """Decode exactly one JSON value from `data`; trailing data is ignored (Go's Decoder)."""
-    from nvmount.jsonio import decode
+    """Decode exactly one JSON value from `data` as Go's Decoder does (the last of duplicate
+    keys wins, trailing data is ignored): `nvmount.jsonio.strict_loads(go=True)`."""
+    from nvmount.jsonio import strict_loads
 
-    text = data.decode("utf-8", "replace")
-    start = len(text) - len(text.lstrip(" \t\r\n"))
     try:
-        value, _ = decode(text, start, parse_constant=_reject_constant,
-                          object_pairs_hook=_object_pairs, parse_int=_parse_int)
-    except RecursionError:
-        raise ValueError("nesting too deep") from None
+        return strict_loads(data, go=True, max_bytes=MAX_DOCUMENT_BYTES)
     except ValueError as err:
         raise ValueError(str(err)) from None
-    return value
 
 
 def _read_bounded(fd: int, what: str) -> bytes:

@@ -20,6 +20,7 @@ from nvhook.hook.device_lists import (
     visible_devices,
 )
 from nvhook.hook.oci import Spec, field, json_kind
+from nvhook.hook.request_env import CUDA_VERSION
 from nvmount.api import DriverCapability
 from nvmount.bounds import MAX_DIGITS, long_number, shorten
 from nvmount.log import get_logger
@@ -38,7 +39,6 @@ DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
 REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
-CUDA_VERSION = "CUDA_VERSION"
 DEFAULT_CAPABILITIES = DriverCapability.COMPUTE | DriverCapability.UTILITY
 
 MODE_ERROR = (

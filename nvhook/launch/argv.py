@@ -1,4 +1,4 @@
-"""The runtime wrapper's view of a runc (or crun) command line. Pure, no imports.
+"""The runtime wrapper's view of a runc (or crun) command line. Pure.
 
     [global flags] <command> [command flags and arguments]
 
@@ -15,19 +15,23 @@ wrapper then only execs the runtime, which reports it). `tests/unit/test_runtime
 checks this against runc itself, and the shell launcher's parser (`nvhook.launch.runtime_sh`)
 against both.
 
-Only `create` and `run` are acted on. Their bundle is the last `-b`/`--bundle` value (`-b DIR`,
-`-b=DIR`, `--bundle DIR`, any number of leading dashes), else the working directory, as runc
-has it. NVIDIA's wrapper (hook-spec 3.3) treats any argument equal to `create` as the command -
-a container named `create` in `runc delete create` makes it edit the config.json of the working
-directory - and does not act on `run`; nvhook finds the command word first.
+Only `create` and `run` are acted on. Their bundle is what runc and crun read from the rest of
+the line (`nvhook.launch.command_line`: each runtime's own grammar, from the flag table
+`nvhook.launch.runtime_flags`), else the working directory. NVIDIA's wrapper (hook-spec 3.3)
+treats any argument equal to `create` as the command - a container named `create` in `runc
+delete create` makes it edit the config.json of the working directory - and does not act on
+`run`; nvhook finds the command word first.
 """
 
 from __future__ import annotations
 
+from nvhook.launch.command_line import bundle_of
+from nvhook.launch.runtime_flags import CRUN_GLOBAL_VALUES, RUNC_GLOBAL_BOOLS, RUNC_GLOBAL_VALUES
+
 # runc's global flags that take a value, then crun's extra ones (an error for runc itself)
-VALUE_FLAGS = frozenset(("root", "log", "log-format", "criu", "rootless"))
-CRUN_VALUE_FLAGS = frozenset(("cgroup-manager", "log-level"))
-BOOL_FLAGS = frozenset(("debug", "systemd-cgroup", "help", "h", "version", "v"))
+VALUE_FLAGS = frozenset(RUNC_GLOBAL_VALUES)
+CRUN_VALUE_FLAGS = frozenset(CRUN_GLOBAL_VALUES)
+BOOL_FLAGS = frozenset(RUNC_GLOBAL_BOOLS)
 CREATE_COMMANDS = frozenset(("create", "run"))
 # strconv.ParseBool
 GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
@@ -37,8 +41,8 @@ GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
 class Invocation:
     """One call of the wrapper: its command and what matters about its flags."""
 
-    __slots__ = ("bundle", "command", "debug", "error", "help", "log_file", "log_format",
-                 "shown", "version")
+    __slots__ = ("ambiguous", "bundle", "command", "debug", "error", "help", "log_file",
+                 "log_format", "shown", "version")
 
     def __init__(self) -> None:
         self.command = ""  # "" when there is none (runc prints its help or an error)
@@ -49,6 +53,7 @@ class Invocation:
         self.version = False
         self.help = False
         self.error = ""  # what runc's parser would refuse ("" when nothing)
+        self.ambiguous = ""  # why the bundle of a create/run cannot be told ("" when it can)
         self.shown: dict[str, bool] = {}  # the help and version flags seen, by name
 
     @property
@@ -83,7 +88,7 @@ def parse_runtime_argv(args: list[str]) -> Invocation:
     if i < len(args):
         inv.command = args[i]
         if inv.command in CREATE_COMMANDS:
-            inv.bundle, inv.error = bundle_of(args[i + 1:])
+            inv.bundle, inv.error, inv.ambiguous = bundle_of(inv.command, args[i + 1:])
     return inv
 
 
@@ -118,24 +123,3 @@ def _global(inv: Invocation, args: list[str], i: int) -> int:
     else:
         inv.error = f"flag provided but not defined: -{name}"
     return i + 1
-
-
-def bundle_of(args: list[str]) -> tuple[str | None, str]:
-    """(the last -b/--bundle value of a create/run command line or None, an error)."""
-    bundle = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            break
-        if arg.startswith("-"):
-            name, eq, value = arg.lstrip("-").partition("=")
-            if name in ("b", "bundle"):
-                if not eq:
-                    i += 1
-                    if i >= len(args):
-                        return bundle, "bundle option requires an argument"
-                    value = args[i]
-                bundle = value
-        i += 1
-    return bundle, ""

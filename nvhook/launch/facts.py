@@ -3,26 +3,29 @@
 The sh launcher (`nvhook.launch.runtime_sh`) cannot parse TOML; what it needs of a config file
 the Python wrapper writes, after it loaded that file, into two root-only text files:
 
-    <facts>          nvhook-runtime-facts 1       the format
+    <facts>          nvhook-runtime-facts 2       the format
                      0.1.0                        nvhook's version (the launcher's must match)
                      /etc/nvidia-container-runtime/config.toml    the config file
+                     2049:1234:812:1700000000.123456789:1700000000.123456789
+                                                  its identity when read (`identity`)
                      runc                         nvidia-container-runtime.runtimes, in order
                      crun
                      (an empty line)
-    <facts>.needles  nvhook-runtime-facts 1 0.1.0 /etc/nvidia-container-runtime/config.toml
+    <facts>.needles  nvhook-runtime-facts 2 0.1.0 /etc/nvidia-container-runtime/config.toml ID
                      then the strings of `Settings.needles`, one per line (`grep -F -f`; the
                      first line, a pattern no config.json holds, names what they came from)
 
-The launcher trusts them while they are owned by root, not symlinks, newer than the config file
-(mtime, nanoseconds) and name that file; the directory is root's alone (0700), like every cache
-in /run/nvhook. The wrapper rewrites them (needles first, each by rename) whenever that no
-longer holds, and only when the config file still has the stamp it had when read, so facts
-never describe a file that changed meanwhile. No facts while the wrapper logs debug records to
-its debug file (every call then goes through it and is logged), or for a value with a newline.
-
-What `-nt` cannot see: a config file replaced by one with an older mtime (`cp -p`, `rsync -t`,
-`tar x`). The launcher then keeps the old facts until a call reaches the wrapper (a GPU
-container's create) or the file is touched (docs/runtimes.md).
+The identity is the config file's device, inode, size, mtime and ctime (nanoseconds), as
+`stat -L -c '%d:%i:%s:%.9Y:%.9Z'` prints them: the launcher runs that `stat` once per call and
+trusts the facts while they are owned by root, not symlinks, and name that file with that
+identity. A config replaced in place or by rename, even with an older mtime (`cp -p`,
+`rsync -t`, `tar x`, `touch -d`), has another ctime - which no copy tool can set - so its first
+call goes to the wrapper. The directory is root's alone (0700), like every cache in
+/run/nvhook. The wrapper rewrites the facts (needles first, each by rename) whenever they no
+longer hold, and only when the config file still has the identity it had when read, so facts
+never describe a file that changed meanwhile. No facts while the wrapper logs debug records
+to its debug file (every call then goes through it and is logged), or for a value with a
+newline.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ if TYPE_CHECKING:
     from nvhook.runtime.settings import Settings
 
 FACTS_DIR = "/run/nvhook"  # nvmount.cachefile.DEFAULT_DIR
-FACTS_FORMAT = "nvhook-runtime-facts 1"
+FACTS_FORMAT = "nvhook-runtime-facts 2"
+STAT_FORMAT = "%d:%i:%s:%.9Y:%.9Z"  # `identity` as GNU stat prints it
 _READ_MAX = 1 << 16
 
 
@@ -49,15 +53,26 @@ def facts_path(config: str | None, directory: str = FACTS_DIR) -> str:
     return f"{directory}/runtime-{zlib.crc32((config or '').encode()):08x}"
 
 
+def identity(stamp: tuple[int, ...]) -> str:
+    """A config file's (dev, inode, size, mtime ns, ctime ns) as `stat -c STAT_FORMAT`."""
+    dev, ino, size, mtime, ctime = stamp
+
+    def seconds(ns: int) -> str:
+        return f"{ns // 10**9}.{ns % 10**9:09d}"
+
+    return f"{dev}:{ino}:{size}:{seconds(mtime)}:{seconds(ctime)}"
+
+
 def facts_texts(settings: Settings) -> tuple[str, str] | None:
     """(facts, needles) file contents for `settings`, or None when they cannot be written."""
-    if settings.path is None:
+    if settings.path is None or settings.stamp is None:
         return None
-    head = [FACTS_FORMAT, __version__, settings.path, *settings.runtimes]
+    ident = identity(settings.stamp)
+    head = [FACTS_FORMAT, __version__, settings.path, ident, *settings.runtimes]
     needles = settings.needles()
     if any("\n" in v or "\r" in v or not v for v in head) or any("\n" in n for n in needles):
         return None
-    header = f"{FACTS_FORMAT} {__version__} {settings.path}\n"  # as a pattern, never matches
+    header = f"{FACTS_FORMAT} {__version__} {settings.path} {ident}\n"  # never matches
     return "\n".join(head) + "\n\n", header + "".join(f"{n}\n" for n in needles)
 
 
@@ -79,7 +94,7 @@ def refresh_facts(path: str, settings: Settings, log: RuntimeLog) -> bool:
     if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != settings.stamp:
         return False  # changed since it was read: the next call writes facts for it
     suffixes = ((".needles", texts[1]), ("", texts[0]))
-    if all(_current(path + suffix, text, st.st_mtime_ns) for suffix, text in suffixes):
+    if all(_read_own(path + suffix) == text.encode() for suffix, text in suffixes):
         return False
     dfd = _dir_fd(os.path.dirname(path) or ".", log)
     if dfd is None:
@@ -115,22 +130,14 @@ def read_runtimes(path: str) -> tuple[str, ...]:
     what a non-create call falls back to when the config file cannot be loaded."""
     data = _read_own(path)
     lines = data.decode("utf-8", "replace").split("\n") if data else []
-    if len(lines) < 4 or lines[0] != FACTS_FORMAT:
+    if len(lines) < 5 or lines[0] != FACTS_FORMAT:
         return ()
     out = []
-    for line in lines[3:]:
+    for line in lines[4:]:
         if not line:
             break
         out.append(line)
     return tuple(out)
-
-
-def _current(path: str, text: str, config_mtime: int) -> bool:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    return st.st_mtime_ns > config_mtime and _read_own(path) == text.encode()
 
 
 def _read_own(path: str) -> bytes | None:

@@ -6,22 +6,35 @@ nvhook_module='/usr/lib/python3/dist-packages/nvhook/runtime/wrapper.py'
 nvhook_config=''
 nvhook_facts='/run/nvhook/runtime-00000000'
 nvhook_version='0'
-nvhook_format='nvhook-runtime-facts 1'
+nvhook_format='nvhook-runtime-facts 2'
+nvhook_stat='/usr/bin/stat'
+nvhook_stat_format='%d:%i:%s:%.9Y:%.9Z'
 nvhook_code='raise SystemExit(127)'
 nvhook_gone='cannot run the runtime wrapper'
 nvhook_gone_json='cannot run the runtime wrapper'
 nvhook_runtimes='runc'
 nvhook_grep='/bin/grep'
 nvhook_needles='NVIDIA_'
+nvhook_global_values=' root log '
+nvhook_global_bools=' debug help h version v '
+nvhook_bundle_names=' bundle b '
+nvhook_create_values=' bundle b pid-file '
+nvhook_create_bools=' no-pivot '
+nvhook_run_values=' bundle b pid-file '
+nvhook_run_bools=' no-pivot detach d '
+nvhook_default_config='/etc/nvidia-container-runtime/config.toml'
+nvhook_xdg_relative='nvidia-container-runtime/config.toml'
 # END header
 # The runtime wrapper behind a POSIX sh front (nvhook/launch/runtime.sh): a call that cannot
 # concern a container's GPUs - every command but create and run, and a create or run whose
 # config.json names no NVIDIA variable - execs the low-level runtime without starting Python.
-# nvhook_runtimes and nvhook_needles hold one entry per line.
+# nvhook_runtimes and nvhook_needles hold one entry per line; the flag lists (made from
+# nvhook/launch/runtime_flags.py) one name per word, with a space before and after each.
 set -f
 nvhook_nl='
 '
 nvhook_log='' nvhook_fmt=text nvhook_cmd='' nvhook_bundle='' nvhook_slow='' nvhook_rt=''
+nvhook_ident=''
 nvhook_help='' nvhook_h='' nvhook_version_flag='' nvhook_v_flag=''
 
 # the Python wrapper (nvhook.runtime.wrapper.launched) with the whole command line
@@ -44,7 +57,8 @@ nvhook_wrapper() {
 }
 
 # BEGIN nvhook_parse: runc's global flags as Go's flag package parses them; the command word;
-# the last -b/--bundle value of a create or run. nvhook_slow: the wrapper must decide.
+# the bundle of a create or run that runc and crun read alike (nvhook_create_flags).
+# nvhook_slow: the wrapper must decide.
 nvhook_parse() {
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -61,8 +75,9 @@ nvhook_parse() {
 		*=*) nvhook_n=${nvhook_f%%=*} nvhook_v=${nvhook_f#*=} nvhook_has=1 ;;
 		*) nvhook_n=$nvhook_f nvhook_v='' nvhook_has='' ;;
 		esac
-		case $nvhook_n in
-		root | log | log-format | criu | rootless)
+		case $nvhook_n in *[!a-z0-9-]*) nvhook_slow=1; return ;; esac
+		case $nvhook_global_values in
+		*" $nvhook_n "*)
 			if [ -z "$nvhook_has" ]; then
 				[ $# -ge 2 ] || { nvhook_slow=1; return; }
 				shift
@@ -72,7 +87,8 @@ nvhook_parse() {
 			log) nvhook_log=$nvhook_v ;;
 			log-format) nvhook_fmt=$nvhook_v ;;
 			esac ;;
-		debug | systemd-cgroup | help | h | version | v)
+		*)
+			case $nvhook_global_bools in *" $nvhook_n "*) ;; *) nvhook_slow=1; return ;; esac
 			case $nvhook_has$nvhook_v in
 			'' | 11 | 1t | 1T | 1TRUE | 1true | 1True) nvhook_on=1 ;;
 			10 | 1f | 1F | 1FALSE | 1false | 1False) nvhook_on='' ;;
@@ -84,7 +100,6 @@ nvhook_parse() {
 			version) nvhook_version_flag=$nvhook_on ;;
 			v) nvhook_v_flag=$nvhook_on ;;
 			esac ;;
-		*) nvhook_slow=1; return ;;
 		esac
 		shift
 	done
@@ -93,48 +108,82 @@ nvhook_parse() {
 	esac
 	nvhook_cmd=${1-}
 	case $nvhook_cmd in
-	create | run) shift ;;
+	create) nvhook_values=$nvhook_create_values nvhook_bools=$nvhook_create_bools ;;
+	run) nvhook_values=$nvhook_run_values nvhook_bools=$nvhook_run_bools ;;
 	*) return ;;
 	esac
+	shift
+	nvhook_create_flags "$@" || nvhook_slow=1
+}
+
+# nvhook_create_flags ARGS...: the bundle of a create or run when runc and crun both read it
+# so (`--name`, `--name=value`, `-x`; the flags of the lists; a value not starting with -;
+# the container id last); false: the wrapper must read the line (nvhook.launch.command_line)
+nvhook_create_flags() {
+	nvhook_id=''
 	while [ $# -gt 0 ]; do
+		[ -z "$nvhook_id" ] || return 1
 		case $1 in
-		--) return ;;
-		-*)
-			nvhook_f=$1
-			while [ "${nvhook_f#-}" != "$nvhook_f" ]; do nvhook_f=${nvhook_f#-}; done
-			case $nvhook_f in
-			b=* | bundle=*) nvhook_bundle=${nvhook_f#*=} ;;
-			b | bundle)
-				[ $# -ge 2 ] || { nvhook_slow=1; return; }
+		-- | --? | --?=*) return 1 ;;
+		--?*) nvhook_f=${1#--} ;;
+		-?) nvhook_f=${1#-} ;;
+		-*) return 1 ;;
+		*) nvhook_id=$1; shift; continue ;;
+		esac
+		case $nvhook_f in
+		?*=?*) nvhook_n=${nvhook_f%%=*} nvhook_v=${nvhook_f#*=} ;;
+		*=*) return 1 ;;
+		*) nvhook_n=$nvhook_f nvhook_v='' ;;
+		esac
+		case $nvhook_n in *[!a-z0-9-]*) return 1 ;; esac
+		case $nvhook_values in
+		*" $nvhook_n "*)
+			if [ "$nvhook_f" = "$nvhook_n" ]; then
+				[ $# -ge 2 ] || return 1
+				case $2 in -*) return 1 ;; esac
 				shift
-				nvhook_bundle=$1 ;;
-			esac ;;
+				nvhook_v=$1
+			fi
+			case $nvhook_bundle_names in *" $nvhook_n "*) nvhook_bundle=$nvhook_v ;; esac ;;
+		*)
+			case $nvhook_bools in *" $nvhook_n "*) ;; *) return 1 ;; esac
+			[ "$nvhook_f" = "$nvhook_n" ] || return 1 ;;
 		esac
 		shift
 	done
+	[ -n "$nvhook_id" ]
 }
 # END nvhook_parse
 
-# nvhook_cfg: the config file the wrapper reads ('' for the built-in defaults)
+# nvhook_cfg: the config file the wrapper reads ('' for the built-in defaults), in the order
+# of nvhook.config.basics.candidates (the variable names: a test checks them)
 nvhook_config_file() {
 	if [ -n "${NVIDIA_CTK_CONFIG_FILE_PATH-}" ]; then
 		nvhook_cfg=$NVIDIA_CTK_CONFIG_FILE_PATH
 	elif [ -n "$nvhook_config" ]; then
 		nvhook_cfg=$nvhook_config
 	elif [ -n "${XDG_CONFIG_HOME-}" ] &&
-		[ -e "$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml" ]; then
-		nvhook_cfg=$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml
-	elif [ -e /etc/nvidia-container-runtime/config.toml ]; then
-		nvhook_cfg=/etc/nvidia-container-runtime/config.toml
+		[ -e "$XDG_CONFIG_HOME/$nvhook_xdg_relative" ]; then
+		nvhook_cfg=$XDG_CONFIG_HOME/$nvhook_xdg_relative
+	elif [ -e "$nvhook_default_config" ]; then
+		nvhook_cfg=$nvhook_default_config
 	else
 		nvhook_cfg=''
 	fi
 }
 
-# a facts file the wrapper wrote (root's, no symlink) that is newer than the config file
+# nvhook_ident: the config file's identity as the facts record it (nvhook.launch.facts:
+# device, inode, size, mtime, ctime - what no copy tool sets), read once per call
+nvhook_identify() {
+	[ -z "$nvhook_ident" ] || return 0
+	[ -x "$nvhook_stat" ] || return 1
+	nvhook_ident=$(LC_ALL=C "$nvhook_stat" -L -c "$nvhook_stat_format" -- "$nvhook_cfg" \
+		2>/dev/null) && [ -n "$nvhook_ident" ]
+}
+
+# a facts file the wrapper wrote (root's, no symlink), and the config file's identity
 nvhook_fresh() {
-	# shellcheck disable=SC3013 # -nt: dash, bash and busybox sh have it
-	[ -O "$1" ] && [ ! -h "$1" ] && [ -e "$nvhook_cfg" ] && [ "$1" -nt "$nvhook_cfg" ]
+	[ -O "$1" ] && [ ! -h "$1" ] && nvhook_identify
 }
 
 # nvhook_rt: an executable regular file, not this launcher
@@ -175,8 +224,9 @@ nvhook_pick() {
 	nvhook_fresh "$nvhook_facts" || return 1
 	{
 		IFS= read -r nvhook_l1 && IFS= read -r nvhook_l2 && IFS= read -r nvhook_l3 &&
-			[ "$nvhook_l1" = "$nvhook_format" ] && [ "$nvhook_l2" = "$nvhook_version" ] &&
-			[ "$nvhook_l3" = "$nvhook_cfg" ] || return 1
+			IFS= read -r nvhook_l4 && [ "$nvhook_l1" = "$nvhook_format" ] &&
+			[ "$nvhook_l2" = "$nvhook_version" ] && [ "$nvhook_l3" = "$nvhook_cfg" ] &&
+			[ "$nvhook_l4" = "$nvhook_ident" ] || return 1
 		while IFS= read -r nvhook_c && [ -n "$nvhook_c" ]; do
 			nvhook_find "$nvhook_c" && return 0
 		done
@@ -193,7 +243,8 @@ nvhook_screen() {
 	else
 		nvhook_fresh "$nvhook_facts.needles" &&
 			IFS= read -r nvhook_l1 <"$nvhook_facts.needles" &&
-			[ "$nvhook_l1" = "$nvhook_format $nvhook_version $nvhook_cfg" ] || return 1
+			[ "$nvhook_l1" = "$nvhook_format $nvhook_version $nvhook_cfg $nvhook_ident" ] ||
+			return 1
 		LC_ALL=C "$nvhook_grep" -q -F -f "$nvhook_facts.needles" -- "$nvhook_json"
 	fi
 	[ $? -eq 1 ]

@@ -3,8 +3,9 @@ even loaded. Stage: entry point (the launcher calls `screen` before importing `n
 
 With runtime wrappers, CRI-O and Podman hooks.d files, every container runs the prestart hook,
 and most want no GPU. The interpreter's own start is the floor of what a Python hook costs;
-`screen` adds little to it: it imports only builtin modules (`posix`, `marshal`, `_json`; not
-even `os`, whose import alone would cost ~2.5 ms) and answers "this container surely wants no
+`screen` adds little to it: it imports only builtin modules (`posix`, `marshal`; not even
+`os`, whose import alone would cost ~2.5 ms) and the one strict JSON decoder
+(`nvmount.jsonio`, on `_json`) and answers "this container surely wants no
 GPU, and nothing about its state, spec or config is an error", after which the launcher exits
 0. Whenever it is not sure, it hands the state it read to the full hook, which decides
 everything again, errors included. It declines only when all of these hold:
@@ -28,16 +29,17 @@ everything again, errors included. It declines only when all of these hold:
 
 from __future__ import annotations
 
-import _json
 import marshal
 import posix
+
+from nvhook.config.basics import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH, XDG_ENV
+from nvhook.hook.request_env import CUDA_VERSION, DEVICE_LIST_DIR, VISIBLE_DEVICES
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from typing import Any
 
 MAX_DOCUMENT = 4 * 1024 * 1024  # nvhook.hook.oci.MAX_DOCUMENT_BYTES
-DEFAULT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 CACHE = ("/run/nvhook", "config")  # nvmount.cachefile.DEFAULT_DIR, nvhook.config.load
 CACHE_FORMAT = 1  # nvmount.cachefile.FORMAT
 _CAP_SETS = frozenset(("bounding", "effective", "inheritable", "permitted", "ambient"))
@@ -82,11 +84,11 @@ def _facts(argv: list[str]) -> tuple[tuple[str, ...], bool] | None:
     """(swarm variables, volume mounts count) of the config, or None (let the hook decide)."""
     plain, explicit = config_path(argv)
     env = posix.environ
-    if not plain or b"NVIDIA_CTK_CONFIG_FILE_PATH" in env or b"XDG_CONFIG_HOME" in env:
+    if not plain or CONFIG_PATH_ENV.encode() in env or XDG_ENV.encode() in env:
         return None
     if explicit is not None and not explicit.startswith("/"):
         return None
-    path = explicit or DEFAULT_CONFIG
+    path = explicit or DEFAULT_CONFIG_PATH
     try:
         st = posix.stat(path, follow_symlinks=False)
     except FileNotFoundError:
@@ -126,25 +128,11 @@ def _cache(version: str) -> object:
     return value if fmt == CACHE_FORMAT and saved == version else None
 
 
-class _Decoder:
-    """What `_json.make_scanner` reads from a json.JSONDecoder."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-
-    @staticmethod
-    def parse_constant(name: str) -> Any:
-        raise ValueError(name)
-
-
 def _decode(data: bytes) -> Any:
-    text = data.decode("utf-8", "replace")
-    scan = _json.make_scanner(_Decoder())  # type: ignore[arg-type]
-    value, _ = scan(text, len(text) - len(text.lstrip(" \t\r\n")))
-    return value
+    """As the hook decodes (`nvhook.hook.oci.decode_json`): one strict decoder for both."""
+    from nvmount.jsonio import strict_loads
+
+    return strict_loads(data, go=True, max_bytes=MAX_DOCUMENT)
 
 
 def _read_state(fd: int) -> bytes:
@@ -223,9 +211,9 @@ def _spec_wants_no_gpu(spec: dict[str, Any], swarm: tuple[str, ...],
     if path is not None and type(path) is not str:
         return False
     env = _env(process.get("env"))
-    if env is None or any(n in env for n in ("NVIDIA_VISIBLE_DEVICES", *swarm)):
+    if env is None or any(n in env for n in (VISIBLE_DEVICES, *swarm)):
         return False
-    if env.get("CUDA_VERSION") or not _mounts_ok(spec.get("mounts"), volume_mounts):
+    if env.get(CUDA_VERSION) or not _mounts_ok(spec.get("mounts"), volume_mounts):
         return False
     return _capabilities_ok(process.get("capabilities"), version)
 
@@ -256,7 +244,7 @@ def _mounts_ok(mounts: Any, volume_mounts: bool) -> bool:
         src, dst = item.get("source"), item.get("destination")
         if any(v is not None and type(v) is not str for v in (src, dst)):
             return False
-        if volume_mounts and dst and "nvidia-container-devices" in dst:
+        if volume_mounts and dst and DEVICE_LIST_DIR in dst:
             return False
     return True
 

@@ -1,19 +1,21 @@
-"""The launchers' POSIX sh files and the one function that fills their header. Pure.
+"""The launchers' files and the one function that fills their header. Pure.
 
-Each launcher's sh lives in a real file beside this module (`runtime.sh`, `hookfront.sh`:
-package data, checked by shellcheck as they are and as written). A file starts with
+Each launcher lives in a real file beside this module (package data): the POSIX sh fronts
+`runtime.sh` and `hookfront.sh` (checked by shellcheck as they are and as written) and the
+Python launcher `launcher.pyt`. A file starts with
 
-    #!/bin/sh
+    #!/bin/sh                               (`.pyt`: #!/usr/bin/python3 -IS)
     # BEGIN header: ... (comment lines)
     nvhook_python='/usr/bin/python3'        one assignment per line: a placeholder value
-    ...
+    ...                                     (`.pyt`: _PATHS = [...])
     # END header
 
-and `render` replaces that block by the marker line and the same assignments with the
-installation's values, each shell-quoted; the body after `# END header` is copied as it is (no
-templating inside it, no eval). The names must be exactly those the file's header assigns.
-The variables keep the body's lower-case `nvhook_` prefix: the launcher exports nothing, and a
-daemon's environment is less likely to hold (and pass on, changed) such a name.
+and `render` replaces that block by the #! line, the marker line and the same assignments
+with the installation's values, each quoted for its language (`shlex.quote`, `repr`); the
+body after `# END header` is copied as it is (no templating inside it, no eval). The names
+must be exactly those the file's header assigns. The sh variables keep the body's lower-case
+`nvhook_` prefix: the launcher exports nothing, and a daemon's environment is less likely to
+hold (and pass on, changed) such a name.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ import re
 import shlex
 from pathlib import Path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 HERE = Path(__file__).resolve().parent
 BEGIN = "# BEGIN header"
 END = "# END header"
-_ASSIGN = re.compile(r"^(nvhook_[a-z_]+)=")
+_ASSIGN = re.compile(r"^(nvhook_[a-z_]+)=|^(_[A-Z_]+) = ")
 
 
 class TemplateError(ValueError):
@@ -35,7 +41,8 @@ class TemplateError(ValueError):
 def header_names(text: str) -> tuple[str, ...]:
     """The variables the header of a launcher file assigns, in order."""
     head = text[text.index(BEGIN):text.index(f"\n{END}\n")]
-    return tuple(m.group(1) for line in head.split("\n") if (m := _ASSIGN.match(line)))
+    return tuple(m.group(1) or m.group(2) for line in head.split("\n")
+                 if (m := _ASSIGN.match(line)))
 
 
 def source(name: str) -> str:
@@ -43,11 +50,16 @@ def source(name: str) -> str:
     return (HERE / name).read_text(encoding="utf-8")
 
 
-def render(name: str, marker: str, values: dict[str, str]) -> str:
-    """The launcher `name` with its header filled: `marker` (one comment line), then
-    `values` as shell-quoted assignments in the file's order, then the body."""
+def render(name: str, marker: str, values: Mapping[str, object], *,
+           interpreter: str = "") -> str:
+    """The launcher `name` with its header filled: the #! line (a `.pyt` file's names
+    `interpreter`), `marker` (one comment line), then `values` as assignments in the file's
+    order, then the body."""
     text = source(name)
-    if not text.startswith(f"#!/bin/sh\n{BEGIN}") or f"\n{END}\n" not in text:
+    python = name.endswith(".pyt")
+    first = f"#!{interpreter} -IS" if python else "#!/bin/sh"
+    if not text.startswith("#!") or not text.split("\n", 2)[1].startswith(BEGIN) or (
+            f"\n{END}\n" not in text):
         raise TemplateError(f"{name}: no '{BEGIN}' ... '{END}' block after the #! line")
     names = header_names(text)
     if set(names) != set(values) or len(names) != len(values):
@@ -56,10 +68,13 @@ def render(name: str, marker: str, values: dict[str, str]) -> str:
     if "\n" in marker or not marker.startswith("#"):
         raise TemplateError(f"{name}: the marker must be one comment line")
     body = text.split(f"\n{END}\n", 1)[1]
-    head = "".join(_assign(n, values[n]) for n in names)
-    return f"#!/bin/sh\n{marker}\n{head}{body}"
+    head = "".join(f"{n} = {values[n]!r}\n" if python else _assign(n, values[n])
+                   for n in names)
+    return f"{first}\n{marker}\n{head}{body}"
 
 
-def _assign(name: str, value: str) -> str:
+def _assign(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TemplateError(f"{name}: a sh value must be a string")
     note = "# shellcheck disable=SC2016 # literal text: nothing in it expands\n"
     return f"{note if '$' in value or '`' in value else ''}{name}={shlex.quote(value)}\n"

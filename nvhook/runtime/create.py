@@ -73,12 +73,11 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
     """The edited document, or None when the container wants no GPU or nothing changes."""
     from nvhook.config.model import config_from_document
     from nvhook.hook.oci import parse_spec, resolve_rootfs
-    from nvhook.runtime.log import engine_sink
     from nvhook.runtime.modes import SPEC, delivery, describe
     from nvmount.api import PhaseTimer
     from nvmount.log import install
 
-    install(engine_sink(log))  # the engine's records go to the wrapper's log files
+    install(log)  # the engine's records go to the wrapper's log files
     timer = PhaseTimer()
     with timer.phase("config"):  # the file the settings came from, validated whole
         try:

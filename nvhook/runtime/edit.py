@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from nvhook.config.basics import CONFIG_PATH_ENV as CONFIG_ENV
 from nvhook.errors import WrapperError
 from nvhook.runtime.modes import DELIVERY_ENV
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 HOOK_NAMES = frozenset(("nvidia-container-runtime-hook", "nvidia-container-toolkit",
                         "nvhook-hook"))
 HOOK_PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-CONFIG_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
 
 
 def _child(obj: dict[str, Any], name: str, kind: type, where: str) -> Any:

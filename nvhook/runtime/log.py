@@ -1,9 +1,9 @@
 """The runtime wrapper's log, where NVIDIA's runtime writes its own (hook-spec 3.1).
 
-No `logging` import: records go, as logrus lines, to the config's
-`nvidia-container-runtime.debug` file (unless "" or /dev/null) and to runc's `--log` file
-(JSON lines with `--log-format json`, which containerd and Docker read the last error from),
-both appended to (parent directories made 0755, files 0644; the debug file only where
+No `logging` import: records go, as logrus lines (`nvhook.logrus`, the one line writer),
+to the config's `nvidia-container-runtime.debug` file (unless "" or /dev/null) and to runc's
+`--log` file (JSON lines with `--log-format json`, which containerd and Docker read the last
+error from), both appended to (parent directories made 0755, files 0644; the debug file only where
 `nvmount.fs.trusted.open_log` allows: no symlink, FIFO, hard link or directory a user
 controls, else a warning on stderr and no write), at the config's `log-level`
 (`--debug` on the command line: debug). Files are opened at the first record that passes the
@@ -14,24 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
-if TYPE_CHECKING:
-    from nvmount.log import Sink
-
-LEVELS = {"trace": 5, "debug": 4, "info": 3, "warning": 2, "warn": 2, "error": 1}
-
-
-def _timestamp() -> str:
-    now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
-
-
-def _quote(text: str) -> str:
-    import json
-
-    return json.dumps(text, ensure_ascii=False)
+from nvhook.logrus import LEVELS, LogrusLog, json_line, json_quote, text_line, utc_time
+from nvmount.log import DEBUG, INFO, escape
 
 
 def _open_file(path: str, trusted: bool) -> int:
@@ -53,14 +38,17 @@ def _open_file(path: str, trusted: bool) -> int:
         return -1
 
 
-class RuntimeLog:
-    """Append-only logrus-style records to the wrapper's log files."""
+class RuntimeLog(LogrusLog):
+    """Append-only logrus-style records to the wrapper's log files (`nvhook.logrus`): its own
+    messages and, installed as the engine's sink (`nvmount.log.install`), the engine's
+    records, both from the configured level up."""
 
-    __slots__ = ("_files", "_streams", "level")
+    __slots__ = ("_files", "_streams")
 
     def __init__(self, level: str = "info", debug_file: str = "", log_file: str = "",
                  log_format: str = "text", *, debug: bool = False) -> None:
-        self.level = LEVELS["debug"] if debug else LEVELS.get(level, LEVELS["info"])
+        threshold = DEBUG if debug else LEVELS.get(level, INFO)
+        super().__init__(threshold, threshold)
         files = []
         if debug_file and debug_file != "/dev/null":
             files.append((debug_file, False, True))
@@ -72,39 +60,24 @@ class RuntimeLog:
     def configure(self, level: str, debug_file: str) -> None:
         """The config's level and debug file, once it is loaded (runc's --log file is known
         from the command line before, so an error loading the config reaches it too)."""
-        if self.level < LEVELS["debug"]:  # --debug on the command line wins
-            self.level = LEVELS.get(level, LEVELS["info"])
+        if self.own > DEBUG:  # --debug on the command line wins
+            self.own = self.level = LEVELS.get(level, INFO)
         if debug_file and debug_file != "/dev/null" and self._streams is None:
             self._files.insert(0, (debug_file, False, True))
 
-    def enabled(self, level: str) -> bool:
-        return LEVELS[level] <= self.level
+    def engine_text(self, message: str) -> str:
+        return escape(message)
 
-    def log(self, level: str, message: str) -> None:
-        if not self.enabled(level) or not self._files:
+    def write(self, level: str, message: str) -> None:
+        if not self._files:
             return
-        stamp = _timestamp()
+        stamp, quoted = utc_time(), json_quote(message)
         for fd, as_json in self._open():
-            if as_json:
-                line = f'{{"level":"{level}","msg":{_quote(message)},"time":"{stamp}"}}\n'
-            else:
-                line = f'time="{stamp}" level={level} msg={_quote(message)}\n'
+            line = (json_line if as_json else text_line)(stamp, level, quoted)
             try:  # noqa: SIM105 (contextlib: one more import on every runc call)
                 os.write(fd, line.encode("utf-8", "replace"))
             except OSError:
                 pass  # a full disk must not stop the container
-
-    def debug(self, message: str) -> None:
-        self.log("debug", message)
-
-    def info(self, message: str) -> None:
-        self.log("info", message)
-
-    def warning(self, message: str) -> None:
-        self.log("warning", message)
-
-    def error(self, message: str) -> None:
-        self.log("error", message)
 
     def _open(self) -> list[tuple[int, bool]]:
         if self._streams is None:
@@ -126,25 +99,3 @@ class RuntimeLog:
             except OSError:
                 pass
         self._streams = []
-
-
-def engine_sink(log: RuntimeLog) -> Sink:
-    """An `nvmount.log.Sink` that hands the engine's records to `log` (a spec delivery's
-    discovery and plan), so that `logging` is never imported by the wrapper."""
-    from nvmount.log import DEBUG, ERROR, INFO, WARNING, Sink
-
-    names = {DEBUG: "debug", INFO: "info", WARNING: "warning", ERROR: "error"}
-    levels = {5: DEBUG, 4: DEBUG, 3: INFO, 2: WARNING, 1: ERROR}
-
-    class _RuntimeSink(Sink):
-        __slots__ = ()
-
-        def threshold(self) -> int:
-            return levels.get(log.level, INFO)
-
-        def emit(self, level: int, name: str, message: str) -> None:
-            from nvmount.log import escape
-
-            log.log(names.get(level, "error" if level > ERROR else "debug"), escape(message))
-
-    return _RuntimeSink()

@@ -31,7 +31,7 @@ from nvmount.api import Symlink
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.runtime.log import RuntimeLog
-    from nvmount.api import Journal, Libc, MountPlan
+    from nvmount.api import Journal, MountPlan
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -77,7 +77,7 @@ def write_rootfs(plan: MountPlan, rootfs: str, mounts: frozenset[str], owner: tu
                 for made in root.symlink(link.target, link.link, *owner):
                     journal.record(f"created {made.path}",
                                    lambda m=made: root.remove_created(m))  # type: ignore[misc]
-            ldcache = _ldcache(plan, root, procfs, journal, libc, owner, mounts, ldcache_mode,
+            ldcache = _ldcache(plan, root, procfs, journal, owner, mounts, ldcache_mode,
                                ldconfig_required, log)
         except BaseException:
             failures = journal.rollback()
@@ -90,7 +90,7 @@ def write_rootfs(plan: MountPlan, rootfs: str, mounts: frozenset[str], owner: tu
     return RootfsWork(len(mine), ldcache, tuple(left))
 
 
-def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal, libc: Libc,
+def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal,
              owner: tuple[int, int], mounts: frozenset[str], mode: str, required: bool,
              log: RuntimeLog) -> str:
     """The ld.so.cache written (what was done), or "left to the hook: <why>"."""
@@ -104,7 +104,7 @@ def _ldcache(plan: MountPlan, root: Root, procfs: ProcFs, journal: Journal, libc
     from nvmount.errors import LdcacheError
 
     try:
-        return update_ldcache(root, procfs, plan, owner, journal, libc)
+        return update_ldcache(root, procfs, plan, owner, journal)
     except Fallback as why:
         return f"left to the hook: {why}"
     except LdcacheError as err:

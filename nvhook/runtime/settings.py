@@ -1,11 +1,11 @@
 """The runtime wrapper's settings: the few config.toml keys every `runc` call needs.
 
 Stage: the wrapper's fast path (no dataclasses, typing, logging or tomllib unless the file is
-outside the simple TOML subset, `toml_subset`). The file is found as `nvhook.config.find_config`
-finds it (NVIDIA_CTK_CONFIG_FILE_PATH > the config its launcher recorded with `nvhook install
---config` > $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml >
-/etc/nvidia-container-runtime/config.toml; a test keeps the two in step), and every error says
-which file and what named it. Only the keys
+outside the simple TOML subset, `toml_subset`). The file is found in the one lookup order,
+`nvhook.config.basics.candidates` (NVIDIA_CTK_CONFIG_FILE_PATH > the config its launcher
+recorded with `nvhook install --config` > $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml
+> /etc/nvidia-container-runtime/config.toml), and every error says which file and what named
+it. Only the keys
 read here are checked here; a GPU container's `create` then loads the whole file with
 `nvhook.config.load_config`, which checks everything (so `state`, `delete` or `kill` of a
 container keep working while a broken key elsewhere in the file fails GPU creates only).
@@ -16,16 +16,17 @@ from __future__ import annotations
 import os
 import stat
 
+from nvhook.config.basics import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH, DEFAULT_RUNTIMES, RECORDED
+from nvhook.config.basics import candidates as config_candidates
 from nvhook.errors import ConfigError
+from nvhook.hook.request_env import needles as request_needles
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-CONFIG_PATH_ENV = "NVIDIA_CTK_CONFIG_FILE_PATH"
-DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
-DEFAULT_RUNTIMES = ("runc", "crun")
+__all__ = ("CONFIG_PATH_ENV", "DEFAULT_CONFIG_PATH", "DEFAULT_RUNTIMES")  # re-exported
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error")
 
@@ -41,10 +42,6 @@ _KEYS = (
     ("nvidia-container-runtime.modes.cdi.annotation-prefixes", "annotation_prefixes", "list"),
 )
 RUNTIME_MODES = ("auto", "legacy", "spec")  # nvhook.config.model.RUNTIME_MODES
-# what a config.json names when it may want GPUs (`needles`), whatever the config says: the
-# variables, and JSON's escapes (a \\u or \\/ escape could spell any of them)
-GPU_STRINGS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "\\u", "\\/")
-VOLUME_MOUNTS = "nvidia-container-devices"
 
 
 class Settings:
@@ -76,27 +73,20 @@ class Settings:
         """Strings at least one of which a config.json that may want GPUs contains: the GPU
         variables, JSON escapes, the CDI annotation prefixes, the swarm variables and, when
         volume-mount lists count, their directory's name."""
-        found = [*GPU_STRINGS, *self.annotation_prefixes, *self.swarm_variables()]
-        if self.volume_mounts:
-            found.append(VOLUME_MOUNTS)
-        return tuple(dict.fromkeys(found))
+        return request_needles(self.annotation_prefixes, self.swarm_variables(),
+                               self.volume_mounts)
 
 
 def find_config_path(environ: Mapping[str, str], recorded: str | None = None,
                      launcher: str = "") -> tuple[str | None, bool, str]:
     """(the config file to read or None, whether it must exist, what named it). `recorded`:
     the file the launcher `launcher` was written for (`nvhook install --config`)."""
-    named = environ.get(CONFIG_PATH_ENV)
-    if named:
-        return named, True, CONFIG_PATH_ENV
-    if recorded:
-        return recorded, True, (f"the launcher {launcher or '?'} written by "
-                                f"`nvhook install --config {recorded}`")
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    if xdg and os.path.exists(f"{xdg}/nvidia-container-runtime/config.toml"):
-        return f"{xdg}/nvidia-container-runtime/config.toml", False, "XDG_CONFIG_HOME"
-    if os.path.exists(DEFAULT_CONFIG_PATH):
-        return DEFAULT_CONFIG_PATH, False, ""
+    for path, origin, required in config_candidates(environ, recorded=recorded):
+        if origin == RECORDED:
+            origin = (f"the launcher {launcher or '?'} written by `nvhook install --config "
+                      f"{recorded}`")
+        if required or os.path.exists(path):
+            return path, required, origin
     return None, False, ""
 
 

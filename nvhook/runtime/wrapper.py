@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None, *
         if inv.version:
             sys.stdout.write(version_lines())
             sys.stdout.flush()
+        elif inv.creates and inv.ambiguous:
+            return _fail(log, f"cannot tell the bundle of `{inv.command}`: {inv.ambiguous}")
         elif inv.creates:
             from nvhook.runtime.create import prepare_bundle
 

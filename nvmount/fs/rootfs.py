@@ -33,6 +33,7 @@ from nvmount.fs.paths import (
     split_leaf,
     split_path,
 )
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.root import RootDir
 from nvmount.fs.walk import Walker
 from nvmount.log import get_logger
@@ -149,18 +150,35 @@ class Root(RootDir):
             os.close(fd)
         self._dir_cache = {} if on else None
 
-    def symlink(self, path: str, link_text: str, uid: int = 0, gid: int = 0) -> tuple[Created, ...]:
-        """Create symlink `path` -> `link_text` (symlinkat to a temp name, renameat2 NOREPLACE).
+    def mkdir_all(self, path: str, mode: int = 0o755, uid: int = 0, gid: int = 0) -> int:
+        """An fd on directory `path`: one openat2 where it exists, else `ensure_dir` (the
+        missing parts created with `mode`, owned by uid:gid). What it creates is not handed
+        back: for callers that keep what they make (NVIDIA's hooks); else use `ensure_dir`."""
+        try:
+            return self.open_path(path, os.O_PATH | os.O_DIRECTORY)
+        except PathError:
+            return self.ensure_dir(path, mode, uid, gid)[0]
 
-        Missing parents are created. An existing entry of any type at `path` is kept: the
-        result has no SYMLINK entry then (only created parents, if any).
+    def symlink(self, path: str, link_text: str, uid: int = 0, gid: int = 0, *,
+                replace: bool = False) -> tuple[Created, ...]:
+        """Create symlink `path` -> `link_text`, owned by uid:gid (`Walker.leaf_symlink`: in
+        place when born with that owner, else at a temporary name renamed in).
+
+        Missing parents are created (an existing parent costs one openat2). An existing
+        entry at `path` is kept (no SYMLINK entry in the result then, only created parents),
+        or with `replace` swapped out by a rename, never followed (a directory there is an
+        error; the same link already there is kept). A replaced entry is gone: undoing
+        removes the link, it does not bring the old entry back.
         """
         parent, name = split_leaf(path)
         walker = Walker(self, uid, gid, 0o755)
         try:
-            pfd = walker.walk(parent)
             try:
-                walker.leaf_symlink(pfd, name, link_text)
+                pfd = self.open_raw(parent, os.O_PATH | os.O_DIRECTORY, follow=True)
+            except (OSError, PathError):
+                pfd = walker.walk(parent)
+            try:
+                walker.leaf_symlink(pfd, name, link_text, replace=replace)
             finally:
                 os.close(pfd)
         except OSError as err:
@@ -170,31 +188,71 @@ class Root(RootDir):
             raise
         return tuple(walker.created)
 
-    def write_file(self, path: str, data: bytes, mode: int = 0o444) -> Created:
-        """Create regular file `path` with `data` (O_CREAT|O_EXCL|O_NOFOLLOW; parent must exist).
+    def write_file(self, path: str, data: bytes, mode: int = 0o444, uid: int = 0, gid: int = 0,
+                   *, replace: bool = False, parents: int | None = None) -> Created:
+        """Write regular file `path` with `data`, owned by uid:gid with `mode`.
 
-        Only for files inside a tmpfs this engine mounted; owned by root.
+        Written to a new inode (O_CREAT|O_EXCL|O_NOFOLLOW, 0600 until complete): at `path`
+        itself (an existing entry is an error), or with `replace` at a temporary name renamed
+        over whatever is at `path` (never opened or followed; a directory there is an error),
+        so readers see the old or the new file. The parent must exist, or with `parents` (a
+        mode) missing ones are created as in `mkdir_all`. Returns the file's `Created`.
         """
         parent, name = split_leaf(path)
-        pfd = self.open_path(parent, os.O_PATH | os.O_DIRECTORY)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-            fd = os.open(name, flags, 0o600, dir_fd=pfd)
+            if parents is None:
+                pfd = self.open_path(parent, os.O_PATH | os.O_DIRECTORY)
+            else:
+                pfd = self.mkdir_all(parent, parents, uid, gid)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fchmod(fd, mode)
-                st = os.fstat(fd)
                 real_parent = self.real_path(pfd)
+                st = _write_as(self, pfd, f".nvhook-{os.urandom(8).hex()}" if replace else name,
+                               name, data, mode, uid, gid)
             finally:
-                os.close(fd)
+                os.close(pfd)
         except OSError as err:
             raise self._error("write", path, err) from err
-        finally:
-            os.close(pfd)
         return Created(posixpath.join(real_parent, name), real_parent, name, EntryKind.FILE,
                        st.st_dev, st.st_ino)
+
+    def exchange_file(self, path: str, data: bytes, mode: int = 0o644, uid: int = 0,
+                      gid: int = 0) -> Exchanged:
+        """Put a new file with `data` at `path` (its parent must exist), undoably: written
+        at a temporary name beside it (as `write_file`), then swapped with the entry there by
+        renameat2(RENAME_EXCHANGE), or renamed in with RENAME_NOREPLACE where there is none.
+        The old entry (never opened or followed) waits under the temporary name: see
+        `Exchanged`. The ld.so.cache writer's install step (`nvmount.ldcache.write`)."""
+        from nvmount import _libc
+
+        parent, name = split_leaf(path)
+        pfd = self.open_path(parent, os.O_PATH | os.O_DIRECTORY)
+        tmp = f".{name}~nvhook-{os.urandom(6).hex()}"
+        try:
+            try:
+                ours = _write_as(self, pfd, tmp, tmp, data, mode, uid, gid).st_ino
+            except OSError as err:
+                raise self._error("write", posixpath.join(parent, tmp), err) from err
+            try:
+                create_as_owner(self.libc, (uid, gid), lambda: self.libc.renameat2(
+                    pfd, tmp, pfd, name, _libc.RENAME_EXCHANGE))
+                swapped = True
+            except FileNotFoundError:
+                swapped = False
+            if not swapped:
+                try:
+                    create_as_owner(self.libc, (uid, gid), lambda: self.libc.renameat2(
+                        pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE))
+                except OSError as err:
+                    os.unlink(tmp, dir_fd=pfd)
+                    raise self._error("create", path, err) from err
+        except OSError as err:  # the exchange failed: ours is still at tmp
+            os.unlink(tmp, dir_fd=pfd)
+            os.close(pfd)
+            raise self._error("replace", path, err) from err
+        except BaseException:
+            os.close(pfd)
+            raise
+        return Exchanged(self, pfd, path, tmp, ours, swapped)
 
     # -- rollback ---------------------------------------------------------------------------
     def remove_created(self, entry: Created) -> bool:
@@ -240,3 +298,72 @@ class Root(RootDir):
         if created:
             self._undo(created)
         return PathError(f"{op} {show(path)} in rootfs {self.host_path}: {cause(err)}")
+
+
+def _write_as(root: Root, pfd: int, tmp: str, name: str, data: bytes, mode: int, uid: int,
+              gid: int) -> os.stat_result:
+    """`_write_at` as uid:gid when not root (`nvmount.fs.owner`): the file is born theirs,
+    so no chown or chmod of another's file is needed (the ld.so.cache stage has neither
+    CAP_CHOWN nor CAP_FOWNER), and it can be made where host root has no id."""
+    return create_as_owner(root.libc, (uid, gid), lambda: _write_at(
+        pfd, tmp, name, data, mode, uid, gid), owner_first=True)
+
+
+def _write_at(pfd: int, tmp: str, name: str, data: bytes, mode: int, uid: int, gid: int
+              ) -> os.stat_result:
+    """`data` into new file `tmp` in `pfd`, given its mode and owner (each only where the new
+    file lacks it), then renamed to `name` when the two differ; the file's stat."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=pfd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)  # first: once the owner is not us, chmod needs CAP_FOWNER
+            st = os.fstat(fd)
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
+        if tmp != name:
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+    except BaseException:
+        os.unlink(tmp, dir_fd=pfd)
+        raise
+    return st
+
+
+class Exchanged:
+    """A file `Root.exchange_file` put in place. `undo()` puts the old entry back (or removes
+    ours where there was none), only while `path` is still the file written; `close()` removes
+    what the temporary name holds then (the old entry after a commit, ours after an undo) and
+    closes the directory fd. The two are a journal's undo and close steps."""
+
+    __slots__ = ("_pfd", "_root", "_swapped", "_tmp", "ours", "path")
+
+    def __init__(self, root: Root, pfd: int, path: str, tmp: str, ours: int,
+                 swapped: bool) -> None:
+        self._root, self._pfd, self.path, self._tmp = root, pfd, path, tmp
+        self.ours, self._swapped = ours, swapped
+
+    def undo(self) -> None:
+        from nvmount import _libc
+
+        name = posixpath.basename(self.path)
+        if os.stat(name, dir_fd=self._pfd, follow_symlinks=False).st_ino != self.ours:
+            raise PathError(f"undo {show(self.path)} in rootfs {self._root.host_path}: it is "
+                            "not the file we wrote (left)")
+        if self._swapped:
+            self._root.libc.renameat2(self._pfd, self._tmp, self._pfd, name,
+                                      _libc.RENAME_EXCHANGE)
+        else:
+            os.rename(name, self._tmp, src_dir_fd=self._pfd, dst_dir_fd=self._pfd)
+
+    def close(self) -> None:
+        try:
+            os.unlink(self._tmp, dir_fd=self._pfd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self._pfd)

@@ -238,44 +238,62 @@ class Walker:
         log.debug("created file %s", posixpath.join(real, name))
         return fd
 
-    def leaf_symlink(self, pfd: int, name: str, link_text: str) -> None:
-        """Create symlink `name` in `pfd`, never replacing anything there. Made in place
-        (symlinkat fails on any existing entry) when it is born with the wanted owner;
-        otherwise at a random name, chowned, then renamed into place with RENAME_NOREPLACE,
-        so that it never shows with another owner."""
+    def leaf_symlink(self, pfd: int, name: str, link_text: str, *, replace: bool = False
+                     ) -> bool:
+        """Create symlink `name` in `pfd`; False when it is kept. Made in place (symlinkat
+        fails on any existing entry) when it is born with the wanted owner; otherwise at a
+        random name, chowned, then renamed into place, so that it never shows with another
+        owner. An existing entry is kept, or with `replace` swapped out by that rename
+        (never opened or followed; a directory there is an error) unless it is this very
+        link already."""
         real = self.root.real_path(pfd)
         where = posixpath.join(real, name)
         try:
             if self._born_owned(pfd):
                 self._create(lambda: os.symlink(link_text, name, dir_fd=pfd))
             else:
-                self._symlink_renamed(pfd, name, link_text)
+                self._symlink_renamed(pfd, name, link_text, replace=False)
         except FileExistsError:
-            log.info("keep existing %s (not replacing it with a symlink)", where)
-            return
+            if not replace or self._same_link(pfd, name, link_text):
+                log.info("keep existing %s (not replacing it with a symlink)", where)
+                return False
+            self._symlink_renamed(pfd, name, link_text, replace=True)
         st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
         self.created.append(Created(where, real, name, EntryKind.SYMLINK, st.st_dev, st.st_ino))
         log.debug("created symlink %s -> %s", where, link_text)
+        return True
 
-    def _symlink_renamed(self, pfd: int, name: str, link_text: str) -> None:
-        """Another owner (a user namespace, a setgid directory): the link is made at a
-        temporary name, chowned, then renamed in (FileExistsError when `name` exists)."""
+    @staticmethod
+    def _same_link(pfd: int, name: str, link_text: str) -> bool:
         try:
-            os.stat(name, dir_fd=pfd, follow_symlinks=False)
-        except FileNotFoundError:
-            pass
-        else:
-            raise FileExistsError(name)
+            return os.readlink(name, dir_fd=pfd) == link_text
+        except OSError:  # not a symlink (EINVAL), or gone
+            return False
+
+    def _symlink_renamed(self, pfd: int, name: str, link_text: str, *, replace: bool) -> None:
+        """Another owner (a user namespace, a setgid directory), or an entry to replace: the
+        link is made at a temporary name, chowned, then renamed in (without `replace`:
+        FileExistsError when `name` exists)."""
+        if not replace:
+            try:
+                os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                raise FileExistsError(name)
         tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
         self._create(lambda: os.symlink(link_text, tmp, dir_fd=pfd))
         try:
             st = os.stat(tmp, dir_fd=pfd, follow_symlinks=False)
             if (st.st_uid, st.st_gid) != (self.uid, self.gid):  # not yet the owner's
                 os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
-            from nvmount import _libc
+            if replace:
+                self._create(lambda: os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd))
+            else:
+                from nvmount import _libc
 
-            self._create(lambda: self.root.libc.renameat2(pfd, tmp, pfd, name,
-                                                          _libc.RENAME_NOREPLACE))
+                self._create(lambda: self.root.libc.renameat2(pfd, tmp, pfd, name,
+                                                              _libc.RENAME_NOREPLACE))
         except BaseException:
             os.unlink(tmp, dir_fd=pfd)
             raise

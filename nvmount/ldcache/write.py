@@ -13,9 +13,10 @@ itself, fd-safe and undoably, instead of running ldconfig.
    socket, device node or symlink planted there is never opened - it is replaced;
 3. a missing cache is created only in an image that has /etc/ld.so.conf or ld.so.conf.d
    (glibc); a musl image keeps relying on the SONAME links;
-4. merges the plan's `ldcache_entries` (`image.merge`) and writes the new cache to a fresh
-   name in /etc (O_CREAT|O_EXCL|O_NOFOLLOW, 0644, owned by the container's root), then swaps
-   it in with renameat2(RENAME_EXCHANGE) (RENAME_NOREPLACE when there was none).
+4. merges the plan's `ldcache_entries` (`image.merge`) and puts the new cache in place with
+   `Root.exchange_file` (a fresh name in /etc, O_CREAT|O_EXCL|O_NOFOLLOW, 0644, owned by the
+   container's root, swapped in with renameat2(RENAME_EXCHANGE), RENAME_NOREPLACE when there
+   was none).
 
 The old entry is kept under the temporary name until the start succeeds: the journal's undo
 swaps it back (so a failed start leaves the image's cache as it was, unlike ldconfig, whose
@@ -25,22 +26,18 @@ Nothing from the image is executed and no device, FIFO or socket of the image is
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import stat
 
-from nvmount import _libc
 from nvmount.discover.ldcache import MACHINE_ARCHES
 from nvmount.errors import LdcacheError, PathError, strerror
-from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.ldcache import image
 from nvmount.log import get_logger
 from nvmount.records import replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvmount._libc import Libc
     from nvmount.apply.journal import Journal
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
@@ -59,7 +56,7 @@ class Fallback(Exception):
 
 
 def update_ldcache(root: Root, procfs: ProcFs, plan: MountPlan, owner: tuple[int, int],
-                   journal: Journal, libc: Libc, machine: str | None = None) -> str:
+                   journal: Journal, machine: str | None = None) -> str:
     """Write the container's ld.so.cache; returns what was done, for the log.
 
     Raises Fallback (run ldconfig instead) or LdcacheError (a failure, already undone)."""
@@ -67,11 +64,11 @@ def update_ldcache(root: Root, procfs: ProcFs, plan: MountPlan, owner: tuple[int
         raise Fallback(f"the CUDA compat directory {plan.ldconfig_dirs[0]} goes first")
     arches = MACHINE_ARCHES.get(machine or os.uname().machine)
     new = image.entries_for(plan.ldcache_entries, arches) if arches else ()
-    return write_entries(root, procfs, new, owner, journal, libc)
+    return write_entries(root, procfs, new, owner, journal)
 
 
 def write_entries(root: Root, procfs: ProcFs, new: tuple[image.CacheEntry, ...],
-                  owner: tuple[int, int], journal: Journal, libc: Libc) -> str:
+                  owner: tuple[int, int], journal: Journal) -> str:
     """Steps 2-4 for entries `new` (in the order ldconfig would add them): what was done.
     Raises Fallback or LdcacheError (also used by NVIDIA's update-ldcache hook,
     `nvhook.compat.cdihook.ldcache`)."""
@@ -81,26 +78,28 @@ def write_entries(root: Root, procfs: ProcFs, new: tuple[image.CacheEntry, ...],
         etc = root.open_path("/etc", os.O_PATH | os.O_DIRECTORY)
     except PathError:
         return "skipped: the image has no /etc"
-    keep_open = False
     try:
         old = _read_old(etc, procfs)
         if old is None and not any(_exists(etc, n) for n in _GLIBC_MARKERS):
             return "skipped: no ld.so.cache and no ld.so.conf (not a glibc image)"
-        try:
-            current = image.parse_image(old) if old else image.CacheImage()
-        except image.UnsupportedCache as err:
-            raise Fallback(f"the image's ld.so.cache: {err}") from err
-        merged = image.merge(current, _as_named_by_image(root, new, current))
-        if merged == current.entries:
-            return "unchanged: the cache already lists the driver's libraries"
-        # no generator text: the image's ("ldconfig (GLIBC ...)") did not write this cache
-        data = image.serialize(merged, b"", current.hwcaps)
-        _install(etc, data, owner, journal, libc)
-        keep_open = True
-        return f"wrote /etc/{CACHE_NAME}: {len(merged)} entries ({len(new)} of the driver)"
     finally:
-        if not keep_open:
-            os.close(etc)
+        os.close(etc)
+    try:
+        current = image.parse_image(old) if old else image.CacheImage()
+    except image.UnsupportedCache as err:
+        raise Fallback(f"the image's ld.so.cache: {err}") from err
+    merged = image.merge(current, _as_named_by_image(root, new, current))
+    if merged == current.entries:
+        return "unchanged: the cache already lists the driver's libraries"
+    # no generator text: the image's ("ldconfig (GLIBC ...)") did not write this cache
+    data = image.serialize(merged, b"", current.hwcaps)
+    try:
+        done = root.exchange_file(f"/etc/{CACHE_NAME}", data, 0o644, *owner)
+    except PathError as err:
+        raise LdcacheError(str(err)) from err
+    journal.record(f"write /etc/{CACHE_NAME}", done.undo)
+    journal.on_close(done.close)
+    return f"wrote /etc/{CACHE_NAME}: {len(merged)} entries ({len(new)} of the driver)"
 
 
 def _as_named_by_image(root: Root, new: tuple[image.CacheEntry, ...],
@@ -193,75 +192,3 @@ def _exists(etc: int, name: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _install(etc: int, data: bytes, owner: tuple[int, int], journal: Journal,
-             libc: Libc) -> None:
-    """Write `data` under a fresh name and swap it in; journal the undo (see the docstring).
-    Created as `owner` where the rootfs has no id for host root (`nvmount.fs.owner`)."""
-    tmp = f".{CACHE_NAME}~nvhook-{os.urandom(6).hex()}"
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = create_as_owner(libc, owner, lambda: os.open(tmp, flags, 0o644, dir_fd=etc),
-                             owner_first=True)
-    except OSError as err:
-        raise LdcacheError(f"create /etc/{tmp}: {strerror(err)}") from err
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        st = os.fstat(fd)  # created as the owner where host root has no id: no chown then,
-        if st.st_mode & 0o7777 != 0o644:  # and none of the privileges this stage dropped
-            os.fchmod(fd, 0o644)
-        if (st.st_uid, st.st_gid) != owner:
-            os.fchown(fd, *owner)
-        ours = st.st_ino
-    except OSError as err:
-        os.unlink(tmp, dir_fd=etc)
-        raise LdcacheError(f"write /etc/{tmp}: {strerror(err)}") from err
-    finally:
-        os.close(fd)
-    swapped = _swap_in(etc, tmp, owner, libc)
-    journal.record(f"write /etc/{CACHE_NAME}",
-                   lambda: _undo(etc, tmp, ours, swapped, libc))
-    journal.on_close(lambda: _discard(etc, tmp))
-
-
-def _swap_in(etc: int, tmp: str, owner: tuple[int, int], libc: Libc) -> bool:
-    """Put `tmp` at the cache's name: exchanged with the old entry (True) or, when there was
-    none, renamed without replacing anything (False)."""
-    try:
-        create_as_owner(libc, owner, lambda: libc.renameat2(etc, tmp, etc, CACHE_NAME,
-                                                            _libc.RENAME_EXCHANGE))
-        return True
-    except OSError as err:
-        if err.errno != errno.ENOENT:
-            os.unlink(tmp, dir_fd=etc)
-            raise LdcacheError(f"replace /etc/{CACHE_NAME}: {strerror(err)}") from err
-    try:
-        create_as_owner(libc, owner, lambda: libc.renameat2(etc, tmp, etc, CACHE_NAME,
-                                                            _libc.RENAME_NOREPLACE))
-    except OSError as err:
-        os.unlink(tmp, dir_fd=etc)
-        raise LdcacheError(f"create /etc/{CACHE_NAME}: {strerror(err)}") from err
-    return False
-
-
-def _undo(etc: int, tmp: str, ours: int, swapped: bool, libc: Libc) -> None:
-    """Put the image's entry back (or remove ours when there was none), checking the inode."""
-    if os.stat(CACHE_NAME, dir_fd=etc, follow_symlinks=False).st_ino != ours:
-        raise LdcacheError(f"undo /etc/{CACHE_NAME}: it is not the file we wrote (left)")
-    if swapped:
-        libc.renameat2(etc, tmp, etc, CACHE_NAME, _libc.RENAME_EXCHANGE)
-    else:
-        os.rename(CACHE_NAME, tmp, src_dir_fd=etc, dst_dir_fd=etc)
-
-
-def _discard(etc: int, tmp: str) -> None:
-    """After a commit the temporary name holds the old entry, after an undo our file: drop it."""
-    try:
-        os.unlink(tmp, dir_fd=etc)
-    except FileNotFoundError:
-        pass
-    finally:
-        os.close(etc)

@@ -15,6 +15,13 @@ from nvmount.capabilities import DriverCapability
 from nvmount.discover.procfiles import ProcFile
 from nvmount.errors import DriverError
 from nvmount.fs.paths import SourceKind
+from nvmount.plan.app_profile import (
+    APP_PROFILE_DIR,
+    APP_PROFILE_FILE,
+    APP_PROFILE_MODE,
+    MASK_BITS,
+    app_profile_bytes,
+)
 from nvmount.plan.types import RO_PROC, Bind, PlanEntry, Tmpfs, WriteFile
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
@@ -23,11 +30,7 @@ if TYPE_CHECKING:
 
 PROC_DRIVER = "/proc/driver/nvidia"
 PROC_FILES = ("params", "version", "registry")
-APP_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
-APP_PROFILE_FILE = APP_PROFILE_DIR + "/10-container.conf"
-APP_PROFILE_MODE = 0o555
 GRAPHICS_LIBS = DriverCapability.GRAPHICS | DriverCapability.DISPLAY
-_MASK_BITS = 64  # EGLVisibleDGPUDevices is a 64-bit mask
 
 _MODIFY_ON = b"ModifyDeviceFiles: 1"
 _MODIFY_OFF = b"ModifyDeviceFiles: 0"
@@ -36,14 +39,6 @@ _MODIFY_OFF = b"ModifyDeviceFiles: 0"
 def rewrite_params(data: bytes) -> bytes:
     """The first `ModifyDeviceFiles: 1` becomes `ModifyDeviceFiles: 0` (as NVIDIA does)."""
     return data.replace(_MODIFY_ON, _MODIFY_OFF, 1)
-
-
-def app_profile_bytes(mask: int) -> bytes:
-    """Exact `10-container.conf` content: one line, no trailing newline (§2.5)."""
-    return (
-        '{ "profiles": [{"name": "_container_", "settings": ["EGLVisibleDGPUDevices", '
-        f'0x{mask:x}]}}], "rules": [{{"pattern": [], "profile": "_container_"}}]}}'
-    ).encode()
 
 
 def plan_procfs(
@@ -84,9 +79,9 @@ def plan_app_profile(
     ]
     mask = 0
     for gpu in gpus:
-        if gpu.minor >= _MASK_BITS:
+        if gpu.minor >= MASK_BITS:
             warnings.append(f"application profile: gpu {gpu.uuid} has minor {gpu.minor} "
-                            f"(>= {_MASK_BITS}); it is not listed in EGLVisibleDGPUDevices")
+                            f"(>= {MASK_BITS}); it is not listed in EGLVisibleDGPUDevices")
         else:
             mask |= 1 << gpu.minor
     if mask:

@@ -73,7 +73,9 @@ def test_no_gpu_container_loads_only_the_gate(gpu_rig: GpuRig, tmp_path: Path) -
     what, modules, dataclasses = run_probe(tmp_path, ["prestart"], state, bundle)
     ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))}
     assert what == "declined"
-    assert ours == {"nvhook", "nvhook.launch.screen"}, ours
+    assert ours == {"nvhook", "nvhook.launch", "nvhook.launch.screen", "nvhook.config",
+                    "nvhook.config.basics", "nvhook.hook", "nvhook.hook.request_env",
+                    "nvmount", "nvmount.jsonio"}, ours  # the screen's names; the strict decoder
     assert not modules & (FORBIDDEN | {"os", "ctypes"}) and not dataclasses
 
 

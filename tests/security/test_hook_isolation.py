@@ -292,8 +292,8 @@ def test_launcher_kinds(tmp_path: Path) -> None:
         texts[kind] = proc.stdout
     for kind in ("hook", "cli", "ctk", "cdihook"):  # the last two run for containers too
         assert 'os.chdir("/")' in texts[kind] and "nvhook_reexec" in texts[kind]
-        assert "os.environ.setdefault(b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')" in \
-            texts[kind]
+        assert "_CONFIG = (b'NVIDIA_CTK_CONFIG_FILE_PATH', b'/etc/x.toml')\n" in texts[kind]
+        assert "    os.environ.setdefault(*_CONFIG)" in texts[kind]  # launcher.pyt's body
     assert "from nvhook.compat.nvcli.nvidia_container_cli import main" in texts["cli"]
     runtime = texts["runtime"]  # a POSIX sh front (nvhook.launch.runtime_sh)
     assert runtime.startswith("#!/bin/sh\n") and "cd " not in runtime

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from nvhook.compat.cdihook import actions as hooks
 from nvhook.compat.cdihook import batch, ldcache
 from nvhook.compat.cdihook.nvidia_cdi_hook import parse_hook
 from nvhook.compat.cdihook.run import HookRun
@@ -198,7 +197,5 @@ def test_mount_points_of_a_folder() -> None:
 
 def test_copies_kept_in_step() -> None:
     from nvmount.ldcache.ldconf import HWCAP_DIRS
-    from nvmount.plan.procfs import app_profile_bytes
 
     assert ldcache.HWCAP_DIRS == HWCAP_DIRS
-    assert hooks.app_profile_bytes(0x6) == app_profile_bytes(0x6)

@@ -56,7 +56,7 @@ DEFAULTS = [
     ("cli.ldconfig", cfgmod.default_ldconfig()),
     ("runtime.debug", "/dev/null"),
     ("runtime.log_level", "info"),
-    ("runtime.runtimes", ("docker-runc", "runc", "crun")),
+    ("runtime.runtimes", ("runc", "crun")),
     ("runtime.mode", "auto"),
     ("runtime.modes_csv_mount_spec_path",
      "/etc/nvidia-container-runtime/host-files-for-container.d"),
@@ -182,7 +182,8 @@ def test_keys(tmp_path: Path, text: str, attr: str, want: Any) -> None:
 
 
 def test_generated_default_file(tmp_path: Path) -> None:
-    """`nvidia-ctk config default` output (v1.17.8) loads to the defaults."""
+    """`nvidia-ctk config default` output (v1.20: v1.17.8's but for `runtimes`, which
+    dropped docker-runc) loads to the defaults."""
     text = """#accept-nvidia-visible-devices-as-volume-mounts = false
 #accept-nvidia-visible-devices-envvar-when-unprivileged = true
 disable-require = false
@@ -204,7 +205,7 @@ load-kmods = true
 #debug = "/var/log/nvidia-container-runtime.log"
 log-level = "info"
 mode = "auto"
-runtimes = ["docker-runc", "runc", "crun"]
+runtimes = ["runc", "crun"]
 
 [nvidia-container-runtime.modes]
 

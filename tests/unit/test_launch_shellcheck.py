@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.launch import shfile
+from nvhook.launch import runtime_sh, shfile, write
 from nvhook.launch.write import render
 from tests.fixtures.required import missing
 
@@ -67,11 +67,11 @@ def test_every_written_sh_launcher_passes_shellcheck(tmp_path: Path, paths: list
 @pytest.mark.parametrize("shell", SHELLS, ids=[" ".join(s) for s in SHELLS])
 def test_the_header_holds_the_values_exactly(tmp_path: Path, shell: list[str]) -> None:
     """Every header variable, read back by the shell, is the value given (no expansion)."""
-    values = {"nvhook_python": ODD, "nvhook_module": "a\nb", "nvhook_config": "",
-              "nvhook_facts": "'", "nvhook_version": "$(id)", "nvhook_format": "x y",
-              "nvhook_code": "\\n`", "nvhook_gone": "*", "nvhook_gone_json": "--",
-              "nvhook_runtimes": "runc\ncrun", "nvhook_grep": "/bin/grep",
-              "nvhook_needles": "\\u\n\\/"}
+    odd = {"nvhook_python": ODD, "nvhook_module": "a\nb", "nvhook_config": "",
+           "nvhook_facts": "'", "nvhook_version": "$(id)", "nvhook_format": "x y",
+           "nvhook_stat": "/s t", "nvhook_code": "\\n`", "nvhook_gone": "*",
+           "nvhook_gone_json": "--", "nvhook_needles": "\\u\n\\/"}
+    values = {**runtime_sh.values("/usr/bin/python3", ["/x"], version="0"), **odd}
     text = shfile.render("runtime.sh", "# m", values)
     head = text[:text.index("\n# The runtime wrapper behind")]
     names = shfile.header_names(shfile.source("runtime.sh"))
@@ -88,3 +88,23 @@ def test_render_takes_exactly_the_header_names() -> None:
         shfile.render("hookfront.sh", "# m", dict.fromkeys(names[1:], "x"))
     with pytest.raises(shfile.TemplateError):
         shfile.render("hookfront.sh", "# m", {**dict.fromkeys(names, "x"), "nvhook_extra": ""})
+
+
+@pytest.mark.parametrize("kind", ["hook", "cli", "ctk", "cdihook"])
+def test_the_python_launcher_header_holds_the_values_exactly(kind: str) -> None:
+    """launcher.pyt: the header is the only part written; it compiles for every kind, and
+    the header, run alone, binds the values given (odd paths and loader names too)."""
+    values = write.python_values(kind, [ODD, "/x\ny"], loader=("LD_PRELOAD", "GCONV_PATH"),
+                                 xoption="nvhook-reexec", config=f"{ODD}/c.toml")
+    text = write.render(kind, "/usr/bin/python3", [ODD, "/x\ny"], version="0.1.0",
+                        loader=("LD_PRELOAD", "GCONV_PATH"), xoption="nvhook-reexec",
+                        config=f"{ODD}/c.toml")
+    if kind in ("ctk", "cdihook"):  # the Python text is the sh front's here-document
+        text = text.split("<<'NVHOOK_PYTHON_LAUNCHER'\n", 1)[1].rsplit(
+            "NVHOOK_PYTHON_LAUNCHER", 1)[0]
+    assert text.startswith("#!/usr/bin/python3 -IS\n# nvhook hook launcher")
+    compile(text, kind, "exec")
+    bound: dict[str, object] = {}
+    exec(text[:text.index("\n# The Python launcher")], bound)
+    assert {k: bound[k] for k in values} == values
+    assert shfile.header_names(shfile.source(write.PYTHON_FILE)) == tuple(values)

@@ -148,8 +148,7 @@ def write(rootfs: Path, the_plan: MountPlan | None = None) -> tuple[str, Journal
     journal = Journal("test")
     with ProcFs.open(libc, private=False) as procfs, Root.open(str(rootfs), libc,
                                                                procfs=procfs) as root:
-        done = update_ldcache(root, procfs, the_plan or plan(), (0, 0), journal, libc,
-                              "x86_64")
+        done = update_ldcache(root, procfs, the_plan or plan(), (0, 0), journal, "x86_64")
     return done, journal
 
 

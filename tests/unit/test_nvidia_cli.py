@@ -16,12 +16,13 @@ import yaml
 
 from nvhook.compat import urfave
 from nvhook.compat.cdihook import cudacompat, params
-from nvhook.compat.cdihook.actions import gpu_mask
 from nvhook.compat.cdihook.nvidia_cdi_hook import main as cdi_hook
 from nvhook.compat.nvctk import cdi, config
 from nvhook.compat.nvctk.nvidia_ctk import main as ctk
 from nvhook.compat.urfave import BOOL, SLICE, CliError, Flag
 from nvhook.dev.sim import SimRoot
+from nvhook.logrus import go_quote
+from nvmount.plan.app_profile import gpu_mask
 from tests.fixtures.nvidia_specs import CONFIGURE, CONFIGURE_CASES, RUNTIME_PATH, spec_for
 
 if sys.version_info >= (3, 11):
@@ -85,7 +86,7 @@ def test_refused_flag_through_its_variable() -> None:
     ("plain", "plain"), ("Found 17 CDI devices", '"Found 17 CDI devices"'),
     ('a "b"\nc', '"a \\"b\\"\\nc"'), ("\x1b[31m", '"\\x1b[31m"')])
 def test_logrus_quoting(text: str, want: str) -> None:
-    assert urfave.quote(text) == want
+    assert go_quote(text) == want
 
 
 # -- the hook dispatch -------------------------------------------------------------------------

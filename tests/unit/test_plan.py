@@ -17,11 +17,9 @@ from nvmount.discover.inventory import (
 from nvmount.discover.procfiles import ProcFile
 from nvmount.errors import DriverError, SelectionError
 from nvmount.fs.paths import SourceKind
+from nvmount.plan.app_profile import app_profile_bytes
 from nvmount.plan.mounts import compat_dirs, plan_mounts
-from nvmount.plan.procfs import (
-    app_profile_bytes,
-    rewrite_params,
-)
+from nvmount.plan.procfs import rewrite_params
 from nvmount.plan.selection import Selection, select_devices
 from nvmount.plan.types import (
     RO_DEV,

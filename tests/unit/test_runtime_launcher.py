@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.launch.facts import facts_path, read_runtimes, refresh_facts
+from nvhook.launch.facts import facts_path, identity, read_runtimes, refresh_facts
 from nvhook.launch.runtime_sh import render
 from nvhook.runtime.log import RuntimeLog
 from nvhook.runtime.settings import load_settings
@@ -100,8 +100,13 @@ def test_without_facts_every_call_goes_to_the_wrapper(rig: Rig) -> None:
 
 def test_with_facts_non_create_calls_exec_the_runtime(rig: Rig) -> None:
     rig.write_facts()
-    assert Path(rig.facts).read_text() == (f"nvhook-runtime-facts 1\n9.9\n{rig.config}\n"
-                                           "nv-none\nrunc\n\n")
+    st = rig.config.stat()
+    ident = subprocess.run(["stat", "-L", "-c", "%d:%i:%s:%.9Y:%.9Z", str(rig.config)],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert ident == identity((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                              st.st_ctime_ns))
+    assert Path(rig.facts).read_text() == (f"nvhook-runtime-facts 2\n9.9\n{rig.config}\n"
+                                           f"{ident}\nnv-none\nrunc\n\n")
     for args in (["--root", "/r", "state", "x"], ["--log", "/l", "--log-format", "json",
                                                   "delete", "--force", "create"],
                  ["--systemd-cgroup", "kill", "x", "9"], ["start", "x"]):
@@ -164,6 +169,56 @@ def test_stale_or_foreign_facts_send_calls_to_the_wrapper(rig: Rig, change: str)
         os.rename(rig.facts, real)
         os.symlink(real, rig.facts)
     assert rig.call("state", "x", env=env)[0].startswith("PY ")
+
+
+def replace_keeping_an_older_mtime(config: Path, text: str, how: str) -> None:
+    """Give `config` new content whose mtime is older than the old content's: `cp -p` over
+    it (same inode), `rsync -t`/`tar x` (a new file renamed over it), an edit then `touch -d`
+    back to the old mtime (only ctime, which no tool sets, moves)."""
+    old = config.stat()
+    older = old.st_mtime_ns - 3_600 * 10**9
+    if how == "same-mtime":
+        config.write_text(text)
+        os.utime(config, ns=(old.st_atime_ns, old.st_mtime_ns))
+        return
+    source = config.parent / "source.toml"
+    source.write_text(text)
+    os.utime(source, ns=(older, older))
+    if how == "cp-p":
+        subprocess.run(["cp", "-p", str(source), str(config)], check=True)
+    else:
+        staged = config.parent / ".config.toml.new"
+        subprocess.run(["cp", "-p", str(source), str(staged)], check=True)
+        os.rename(staged, config)
+
+
+@pytest.mark.parametrize("how", ["cp-p", "rename", "same-mtime"])
+def test_a_config_replaced_with_an_older_mtime_takes_effect_at_the_next_call(
+        rig: Rig, how: str) -> None:
+    """Issue 27 item 2: facts are bound to the config's identity (device, inode, size, mtime,
+    ctime), not to being newer than it."""
+    rig.write_facts()
+    assert rig.call("state", "x")[0].startswith("RT ")
+    replace_keeping_an_older_mtime(
+        rig.config, '[nvidia-container-runtime]\nruntimes = ["nv-new", "runc"]    \n', how)
+    assert rig.call("state", "x")[0].startswith("PY "), how
+    plain = rig.bundle("plain", ["PATH=/bin"])
+    assert rig.call("create", "-b", str(plain), "x")[0].startswith("PY "), how
+
+
+def test_a_cp_p_config_changes_the_runtime_at_the_next_call(rig: Rig) -> None:
+    """With the real wrapper: the first call after `cp -p` runs the new config's runtime."""
+    rig.write_launcher(str(rig.config), python=Path("/usr/bin/python3"))
+    assert rig.call("state", "x")[0] == f"RT {rig.runc} state x\n"  # writes the facts
+    rig.as_test_version()  # the launcher's version: from now on it uses them
+    other = rig._script(rig.runc.parent / "other-rt", "OT")
+    replace_keeping_an_older_mtime(
+        rig.config, '[nvidia-container-runtime]\nruntimes = ["other-rt"]\n', "cp-p")
+    assert rig.call("state", "x")[0] == f"OT {other} state x\n"
+    rig.python.write_text("#!/bin/sh\nexit 99\n")  # the facts now name other-rt: no Python
+    rig.write_launcher(str(rig.config), python=rig.python)
+    rig.as_test_version()
+    assert rig.call("state", "x")[0] == f"OT {other} state x\n"
 
 
 def test_lines_runc_would_refuse_and_version_go_to_the_wrapper(rig: Rig) -> None:

@@ -55,8 +55,10 @@ def test_argv_flags_and_errors() -> None:
     assert parse_runtime_argv(["--version"]).version
     assert parse_runtime_argv(["-v"]).version
     assert parse_runtime_argv(["--debug", "state", "x"]).debug
-    inv = parse_runtime_argv(["create", "x", "-b"])
-    assert inv.error == "bundle option requires an argument" and not inv.creates
+    inv = parse_runtime_argv(["create", "x", "-b"])  # -b takes x: no container id left
+    assert inv.error == '"create" requires exactly 1 argument(s)' and not inv.creates
+    inv = parse_runtime_argv(["create", "-b=/b", "x"])  # runc: /b; crun: "=/b"
+    assert inv.creates and inv.ambiguous and inv.bundle is None
 
 
 LOOKUPS = [
@@ -258,3 +260,35 @@ def test_config_json_must_be_a_regular_file(
     os.mkfifo(bundle / "config.json")
     proc = _wrapper(["create", "--bundle", str(bundle), "x"], env, tmp_path)
     assert proc.returncode == 1 and "not a regular file" in proc.stderr
+
+
+def test_a_value_flag_before_b_edits_the_bundle_runc_creates(
+    fake: tuple[Path, Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """Issue 27 item 3: `--pid-file -b ID`: the pid file is "-b", the bundle the working
+    directory; the wrapper edits that one, not ./ID/config.json."""
+    _, _, env = fake
+    hook = _exe(tmp_path / "hooks" / "nvidia-container-runtime-hook")
+    config = Path(env["NVIDIA_CTK_CONFIG_FILE_PATH"])
+    config.write_text(config.read_text() + f'[nvidia-container-runtime-hook]\npath = "{hook}"\n')
+    gpu = {"ociVersion": "1.0.2", "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]},
+           "root": {"path": "r"}}
+    cwd = tmp_path / "cwd"
+    (cwd / "id").mkdir(parents=True)
+    for path in (cwd / "config.json", cwd / "id" / "config.json"):
+        path.write_text(json.dumps(gpu))
+    proc = _wrapper(["create", "--pid-file", "-b", "id"], env, cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert "hooks" in json.loads((cwd / "config.json").read_text())
+    assert json.loads((cwd / "id" / "config.json").read_text()) == gpu
+
+
+def test_a_bundle_runc_and_crun_read_differently_fails_the_create(
+    fake: tuple[Path, Path, dict[str, str]], tmp_path: Path
+) -> None:
+    out, _, env = fake
+    proc = _wrapper(["create", "-b=/b", "x"], env, tmp_path)  # runc: /b; crun: "=/b"
+    assert proc.returncode == 1 and not out.exists()
+    assert proc.stderr.startswith("nvhook-runtime: cannot tell the bundle of `create`: runc "
+                                  "and crun read the bundle of this command line differently")
+    assert proc.stderr.count("\n") == 1

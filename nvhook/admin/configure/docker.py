@@ -11,27 +11,20 @@ object, and `runtimes` an object; docker has no drop-in directory for daemon.jso
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from nvhook.errors import ConfigureError
 
 
 def decode(text: str, path: str) -> dict[str, Any]:
-    """daemon.json as an object ("" -> {}); duplicate keys are refused (dockerd keeps one)."""
+    """daemon.json as an object ("" -> {}), strictly (`nvmount.jsonio.strict_loads`: a
+    duplicate key, NaN or an oversized number is refused; dockerd would keep one value)."""
     if not text.strip():
         return {}
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise ValueError(f"duplicate key {k!r}")
-            out[k] = v
-        return out
+    from nvmount.jsonio import strict_loads
 
     try:
-        doc = json.loads(text, object_pairs_hook=pairs)
+        doc = strict_loads(text)
     except ValueError as err:
         raise ConfigureError(f"refuse to edit {path}: not valid JSON: {err} (fix the file "
                              "first; nothing was written)") from err
@@ -64,4 +57,6 @@ def configure(doc: dict[str, Any], name: str, path: str, *, set_default: bool,
 
 
 def render(doc: dict[str, Any]) -> str:
+    import json
+
     return json.dumps(doc, indent=4, ensure_ascii=False) + "\n"

@@ -1,7 +1,7 @@
 """The hooks of NVIDIA 1.20's CDI specs, done by nvhook in the container's root (the grammar
 and dispatch: `nvhook.compat.cdihook.nvidia_cdi_hook`). Stage: apply.
 
-    create-symlinks --link TARGET::LINK ...   links, replacing what is there (files.symlink)
+    create-symlinks --link TARGET::LINK ...   links, replacing what is there (Root.symlink)
     update-ldcache --folder DIR ...           the cache written by nvhook (cdihook.ldcache),
                                               else the sandboxed host ldconfig on the
                                               container (nvmount.ldcache), compat dirs first
@@ -33,23 +33,24 @@ if TYPE_CHECKING:
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
-APP_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
-APP_PROFILE_FILE = APP_PROFILE_DIR + "/10-container.conf"
-
 
 class HookError(NvhookError):
     """A hook failed: the container must not start."""
 
 
 def _optional(run: HookRun, what: str, err: Exception) -> None:
+    """A warning naming `what` and why: the system's words where a system call failed (`what`
+    names the path; a `Root` error's own path and rootfs would repeat it)."""
+    if not isinstance(err, OSError) and isinstance(err.__cause__, OSError):
+        err = err.__cause__
     why = (err.strerror or str(err)).lower() if isinstance(err, OSError) else str(err)
     run.log.warning(f"{what}: {why} (skipped: the container starts without it)")
 
 
 # -- create-symlinks -------------------------------------------------------------------------
 def create_symlinks(run: HookRun, p: Parsed) -> None:
-    from nvhook.compat.cdihook import files
     from nvmount.errors import NvmountError
+    from nvmount.fs.paths import EntryKind
 
     links: list[tuple[str, str]] = []
     for spec in dict.fromkeys(p.strings("link")):
@@ -64,7 +65,8 @@ def create_symlinks(run: HookRun, p: Parsed) -> None:
     def act(root: Root, _: ProcFs) -> None:
         for text, link in links:
             try:
-                made = files.symlink(root, link, text, target.owner)
+                made = any(c.kind is EntryKind.SYMLINK
+                           for c in root.symlink(link, text, *target.owner, replace=True))
             except (OSError, NvmountError) as err:
                 why = err.strerror if isinstance(err, OSError) else str(err)
                 raise HookError(f"failed to create link [{text} {link}]: {why}") from err
@@ -105,7 +107,7 @@ def _write_ldcache(run: HookRun, target: Target, folders: list[str]) -> bool:
 
     try:
         done = run.in_root(target, lambda root, procfs: write_cache(
-            root, procfs, folders, target.owner, run.libc,
+            root, procfs, folders, target.owner,
             host_run=target.in_container and target.ns_rootfs != "/"))
     except Fallback as why:
         run.log.debug(f"ld.so.cache left to ldconfig: {why}")
@@ -216,7 +218,7 @@ def _write_compat_conf(run: HookRun, root: Root, procfs: ProcFs, directory: str,
             finally:
                 os.close(fd)
         name = f"{COMPAT_PREFIX}{os.urandom(16).hex()}{COMPAT_SUFFIX}"
-        files.write_file(root, f"{LDSO_CONF_D}/{name}", data, 0o644, owner, replace=False)
+        root.write_file(f"{LDSO_CONF_D}/{name}", data, 0o644, *owner, parents=0o755)
     except (OSError, NvmountError) as err:
         _optional(run, f"add {directory} to {LDSO_CONF_D}", err)
 
@@ -252,24 +254,9 @@ def update_application_profile(run: HookRun, p: Parsed) -> None:
     run.in_root(target, lambda root, _: _app_profile(run, root, target.owner))
 
 
-def app_profile_bytes(mask: int) -> bytes:
-    """The profile's exact content: `nvmount.plan.procfs.app_profile_bytes`, which the
-    engine's plan uses (not imported: it loads the plan's types; a test keeps both equal)."""
-    return ('{ "profiles": [{"name": "_container_", "settings": ["EGLVisibleDGPUDevices", '
-            f'0x{mask:x}]}}], "rules": [{{"pattern": [], "profile": "_container_"}}]}}').encode()
-
-
-def gpu_mask(minors: list[int]) -> tuple[int, list[int]]:
-    """(EGLVisibleDGPUDevices bitmask, minors left out: >= 64 do not fit the mask)."""
-    mask = 0
-    for minor in minors:
-        if 0 <= minor < 64:
-            mask |= 1 << minor
-    return mask, [m for m in minors if not 0 <= m < 64]
-
-
 def _app_profile(run: HookRun, root: Root, owner: tuple[int, int]) -> None:
     from nvhook.compat.cdihook import files
+    from nvmount.api import APP_PROFILE_FILE, app_profile_bytes, gpu_mask
     from nvmount.errors import NvmountError
 
     listed = files.list_dir(root, "/dev")
@@ -291,8 +278,8 @@ def _app_profile(run: HookRun, root: Root, owner: tuple[int, int]) -> None:
     if not mask:
         return
     try:
-        files.write_file(root, APP_PROFILE_FILE, app_profile_bytes(mask), 0o444, owner,
-                         dir_mode=0o555)
+        root.write_file(APP_PROFILE_FILE, app_profile_bytes(mask), 0o444, *owner,
+                        replace=True, parents=0o555)
     except (OSError, NvmountError) as err:
         _optional(run, f"write the application profile {APP_PROFILE_FILE}", err)
 

@@ -33,7 +33,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the ho
 if TYPE_CHECKING:
     from collections.abc import Container
 
-    from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
 
@@ -327,12 +326,11 @@ def compat_dirs(root: Root, procfs: ProcFs) -> list[str]:
 
 
 def write_cache(root: Root, procfs: ProcFs, folders: list[str], owner: tuple[int, int],
-                libc: Libc, *, host_run: bool = False) -> str:
+                *, host_run: bool = False) -> str:
     """ldconfig's entries for what is mounted in `folders` written into the image's
     ld.so.cache (and the missing SONAME links made); what was done. `host_run`: the hook
     sees the host's /run (before pivot_root), where `Sonames` keeps what it read. Raises
     Fallback (run the sandboxed ldconfig instead) or LdcacheError."""
-    from nvhook.compat.cdihook import files
     from nvmount.api import MACHINE_ARCHES, Journal, entries_for, write_entries
 
     machine = os.uname().machine
@@ -347,13 +345,13 @@ def write_cache(root: Root, procfs: ProcFs, folders: list[str], owner: tuple[int
     for folder in folders:
         found, make = folder_entries(root, procfs, folder, mounts, abis, sonames)
         for path, text in make:
-            files.symlink(root, path, text, owner)
+            root.symlink(path, text, *owner, replace=True)
         triples += found
     sonames.save()
     journal = Journal("update-ldcache")
     try:
         done = write_entries(root, procfs, entries_for(tuple(triples), arches), owner,
-                             journal, libc)
+                             journal)
     except BaseException:
         journal.rollback()
         raise
