@@ -25,6 +25,7 @@ import posixpath
 import stat
 
 from nvmount.errors import PathError, strerror
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.paths import (
     Created,
     EntryKind,
@@ -33,7 +34,6 @@ from nvmount.fs.paths import (
     split_leaf,
     split_path,
 )
-from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.root import RootDir
 from nvmount.fs.walk import Walker
 from nvmount.log import get_logger
