@@ -8,13 +8,12 @@ In this order, the first that exists, is executable and runs this installation:
    running nvhook;
 3. the virtual environment's own `bin/nvhook` (when nvhook runs from a venv).
 
-"Runs this installation" is read from the launcher's text (the `sys.path.extend([...])` line
+"Runs this installation" is read from the launcher's text (the header's `_PATHS = [...]` line
 `nvhook.launch.write` writes), never by running it. Effects: reads files.
 """
 
 from __future__ import annotations
 
-import ast
 import os
 import sys
 
@@ -34,7 +33,7 @@ def import_dir() -> str:
 
 def launcher_paths(path: str) -> list[str] | None:
     """The import paths an nvhook launcher records, None when `path` is not one."""
-    from nvhook.launch.write import MARKER
+    from nvhook.launch.write import MARKER, recorded_paths
 
     try:
         with open(path, encoding="utf-8", errors="replace") as stream:
@@ -43,14 +42,7 @@ def launcher_paths(path: str) -> list[str] | None:
         return None
     if MARKER not in text:
         return None
-    for line in text.splitlines():
-        if line.startswith("sys.path.extend(") and line.endswith(")"):
-            try:
-                paths = ast.literal_eval(line[len("sys.path.extend("):-1])
-            except (ValueError, SyntaxError):
-                return None
-            return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else None
-    return None
+    return recorded_paths(text)
 
 
 def _executable(path: str) -> bool:

@@ -79,7 +79,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
 
         delivered = delivered_by_spec(spec)
     plan = run_engine(request, ref, config, dry_run=dry_run, debug=opts.debug, timer=timer,
-                      delivered=delivered)
+                      delivered=delivered, env=spec.env)
     if dry_run:
         _print_decision(request, ref, plan)
     return 0

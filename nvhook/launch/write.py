@@ -60,6 +60,20 @@ def python_values(kind: str, paths: list[str], *, loader: tuple[str, ...], xopti
             "_CONFIG": (CONFIG_ENV.encode(), (config or "").encode())}
 
 
+def recorded_paths(text: str) -> list[str] | None:
+    """The import paths a Python launcher's header records (`_PATHS`), None when none."""
+    import ast
+
+    for line in text.splitlines():
+        if line.startswith("_PATHS = "):
+            try:
+                paths = ast.literal_eval(line[len("_PATHS = "):])
+            except (ValueError, SyntaxError):
+                return None
+            return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else None
+    return None
+
+
 def render(kind: str, python: str, paths: list[str], *, version: str,
            loader: tuple[str, ...], xoption: str, config: str | None = None) -> str:
     """The launcher text of `kind` for interpreter `python` importing from `paths`."""

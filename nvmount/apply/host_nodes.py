@@ -185,3 +185,25 @@ def _mknod(dirfd: int, name: str, major: int, minor: int,
     finally:
         os.umask(mask)
     return True
+
+
+def ensure_gpu_nodes(root: str, proc_root: str, minors: list[int]) -> list[str]:
+    """Create the missing /dev/nvidia<minor> nodes (the driver's major, as nvidia-modprobe
+    -c does) of GPUs the driver lists, by the params' rules; their paths."""
+    modify, uid, gid, mode = device_file_params(proc_root)
+    major = read_majors(proc_root).get("nvidia-frontend")
+    if not modify or major is None:
+        return []
+    try:
+        dev = _open_dir(os.path.join(root, "dev"))
+    except OSError as err:
+        log.warning("load-kmods: open %s/dev: %s", root.rstrip("/"), err.strerror)
+        return []
+    try:
+        return [f"/dev/nvidia{m}" for m in minors[:MAX_GPU_NODES] if 0 <= m < 255
+                and _mknod(dev, f"nvidia{m}", major, m, (uid, gid, mode))]
+    finally:
+        os.close(dev)
+
+
+MAX_GPU_NODES = 256

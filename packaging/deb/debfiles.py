@@ -67,7 +67,7 @@ Description: {SUMMARY}
 
 
 # The CDI refresh units are enabled where systemd runs (the service does nothing without a
-# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would; the udev rule
+# driver: its ExecCondition), as dh_installsystemd would; the udev rule
 # (lib/udev/rules.d) starts the same service on module and GPU events.
 UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service nvhook-cdi-refresh.timer"
 POSTINST = f"""\

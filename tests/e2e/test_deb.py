@@ -119,6 +119,7 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./lib/systemd/system/nvhook-cdi-refresh.service",
             "./lib/systemd/system/nvhook-cdi-refresh.path",
             "./lib/systemd/system/nvhook-cdi-refresh.timer",
+            "./lib/systemd/system/nvhook-cdi-refresh.service.d/10-engines.conf",
             "./lib/udev/rules.d/71-nvhook-cdi-refresh.rules"]:
         assert f" {path}" in listing, path
     assert "__pycache__" not in listing and ".pyc" not in listing

@@ -123,3 +123,23 @@ def test_the_driver_params_decide_owner_mode_and_whether(sim: SimRoot) -> None:
     params.write_text(text.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"))
     assert ensure_nodes(sim.path, sim.proc_root) == []  # the driver manages its nodes itself
     assert not (Path(sim.path) / "dev" / "nvidia-uvm").exists()
+
+
+def test_gpu_nodes_the_driver_lists(sim: SimRoot) -> None:
+    """The refresh's `ensure_gpu_nodes` (issue 31): /dev/nvidiaN for the minors asked, with the
+    driver's major and the params' mode; an existing entry of any type left alone; nothing
+    with `ModifyDeviceFiles: 0`; no minor outside 0-254."""
+    from nvmount.apply.host_nodes import ensure_gpu_nodes
+
+    dev = Path(sim.path) / "dev"
+    (dev / "nvidia1").unlink()
+    (dev / "nvidia2").unlink()
+    (dev / "nvidia2").write_text("not a node")
+    assert ensure_gpu_nodes(sim.path, sim.proc_root, [0, 1, 2, 255, -1]) == ["/dev/nvidia1"]
+    assert _node(dev / "nvidia1") == (195, 1, 0o666)
+    assert (dev / "nvidia2").read_text() == "not a node"
+    (dev / "nvidia1").unlink()
+    params = Path(sim.proc_root) / "driver/nvidia/params"
+    params.write_text(params.read_text().replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"))
+    assert ensure_gpu_nodes(sim.path, sim.proc_root, [1]) == []
+    assert not (dev / "nvidia1").exists()

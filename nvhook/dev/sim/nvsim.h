@@ -69,6 +69,7 @@ struct nvsim_gpu {
     unsigned init_delay_ms;       /* what NVML init waits for this GPU (no persistence) */
     int mig_count;
     struct nvsim_mig mig[NVSIM_MAX_MIG];
+    char proc_name[NAME_MAX + 1]; /* its directory under /proc/driver/nvidia/gpus */
 };
 
 struct nvsim_state {
@@ -404,6 +405,7 @@ static void nvsim_scan_gpus(struct nvsim_state *st)
         if (e->d_name[0] == '.')
             continue;
         nvsim_defaults(g);
+        nvsim_copy(g->proc_name, sizeof(g->proc_name), e->d_name);
         snprintf(path, sizeof(path), "%s/%s/information", dir, e->d_name);
         if (nvsim_parse_information(path, g) != 0)
             continue;
@@ -428,6 +430,39 @@ static int nvsim_load(struct nvsim_state *st, const void *anchor)
         return NVSIM_MISMATCH;
     nvsim_scan_gpus(st);
     return NVSIM_OK;
+}
+
+/* The CUDA memory limits NVML set for a GPU (nvmlDeviceSetMemoryLimits_v1), one line per
+ * cgroup in <root>/proc/driver/nvidia/gpus/<bus-id>/nvsim-memory-limits:
+ * "<cgroup dev> <cgroup inode> <soft bytes> <hard bytes>". The driver keeps them in the kernel;
+ * the simulator keeps them where a container sees its GPUs' proc dirs (a read-only bind). */
+static void nvsim_limits_path(const struct nvsim_state *st, const struct nvsim_gpu *g,
+                              char *out, size_t n)
+{
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof(rel), "/proc/driver/nvidia/gpus/%s/nvsim-memory-limits", g->proc_name);
+    nvsim_path(out, n, st->root, rel);
+}
+
+/* The hard limit of the cgroup (dev, ino) for `g`, or 0 when none is set. */
+static unsigned long long nvsim_hard_limit(const struct nvsim_state *st,
+                                           const struct nvsim_gpu *g,
+                                           unsigned long long dev, unsigned long long ino)
+{
+    char path[PATH_MAX], line[256];
+    unsigned long long d, i, soft, hard, found = 0;
+    FILE *f;
+
+    nvsim_limits_path(st, g, path, sizeof(path));
+    f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "%llu %llu %llu %llu", &d, &i, &soft, &hard) == 4 && d == dev &&
+            i == ino)
+            found = hard;  /* the last one set wins */
+    fclose(f);
+    return found;
 }
 
 /* NVSIM_FAIL="fn:code[,fn:code...]": the injected failure code for `fn`, or 0. */
