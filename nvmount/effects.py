@@ -118,7 +118,7 @@ class Run:
         from nvmount.cgroup.allow import allow_devices
         from nvmount.cgroup.common import should_skip_cgroups
 
-        skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
+        skip = should_skip_cgroups(self.options.no_cgroups, self.handle.hook_in_userns)
         target = self.handle.cgroup
         if skip is not None or target is None or not self.plan.device_rules:
             why = skip or ("no device cgroup" if target is None else "no rules")

@@ -11,6 +11,8 @@ _RUN_LEFT = pytest.StashKey[list[str]]()
 
 pytest_plugins = [
     "tests.fixtures.hostguard",
+    "tests.fixtures.nodes",
+    "tests.fixtures.cgroup2_node",
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.realdriver",
@@ -66,6 +68,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
             f"/run: this session left {', '.join(f'{_RUN}/{n}' for n in left)} (a test's state "
             "root or socket belongs under its tmp_path; other processes may add entries too)",
             yellow=True)
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    from tests.fixtures.nodes import parametrize_nodes
+
+    parametrize_nodes(metafunc)
+
 
 
 @pytest.fixture(autouse=True)

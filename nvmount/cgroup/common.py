@@ -59,13 +59,16 @@ class NoChange:
 
 
 # -- pure: decisions and parsing ------------------------------------------------------------
-def should_skip_cgroups(no_cgroups: bool, in_userns: bool) -> str | None:
-    """Why the device cgroup is left alone (None: update it); the engine logs the reason."""
+def should_skip_cgroups(no_cgroups: bool, hook_in_userns: bool) -> str | None:
+    """Why the device cgroup is left alone (None: update it); the engine logs the reason.
+    Decided by what the hook can do, not by a setting: a hook in a user namespace (a rootless
+    engine's) can neither load a device BPF program nor write a v1 devices cgroup; host root
+    can, whatever user namespace the container has (Podman's --userns=auto)."""
     if no_cgroups:
         return "no-cgroups = true in the config"
-    if in_userns:
-        return ("the container runs in a user namespace (rootless: its runtime owns device "
-                "access; use no-cgroups = true to silence this)")
+    if hook_in_userns:
+        return ("the hook runs in a user namespace (a rootless engine): no device limits are "
+                "set, the container's devices are those mounted into it")
     return None
 
 

@@ -31,7 +31,9 @@ _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 # A TOML reader for the files outside the subset nvhook reads itself (nvhook.config.toml_read):
 # tomllib from 3.11; below, python3-tomli where the release has it (Ubuntu 22.04), else
 # python3-toml (Debian 11: no release with a 3.9 interpreter ships python3-tomli).
-DEPENDS = ("python3 (>= 3.9), python3-prctl, "
+# The interpreters the package is tested on (tests/e2e/test_deb.py: bullseye 3.9 to sid 3.14;
+# docs/install.md): a release whose python3 is newer gets nothing untested.
+DEPENDS = ("python3 (>= 3.9), python3 (<< 3.15), python3-prctl, "
            "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml")
 
 

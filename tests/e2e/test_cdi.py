@@ -131,6 +131,7 @@ def test_spec_names_the_installed_launcher_once(cdi_podman: CdiPodman,
     assert not any("hooks" in d["containerEdits"] for d in cdi_podman.spec["devices"])
 
 
+@pytest.mark.today_engines
 @pytest.mark.parametrize("which", ["index", "uuid", "all"])
 def test_podman_cdi_is_the_legacy_view(cdi_podman: CdiPodman, gpu_install: GpuInstall,
                                        monkeypatch: pytest.MonkeyPatch, which: str) -> None:
@@ -184,6 +185,7 @@ def _wrapped(client_rig: ClientRig, gpu_install: GpuInstall, tmp_path: Path, spe
     return proc, received
 
 
+@pytest.mark.today_engines
 @pytest.mark.parametrize("how", ["env", "annotation"])
 def test_wrapper_resolves_cdi_requests(client_rig: ClientRig, gpu_install: GpuInstall,
                                        tmp_path: Path, how: str,

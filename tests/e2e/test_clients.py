@@ -9,6 +9,7 @@ No hook of ours is involved: the hooks here are tiny shell scripts that leave a 
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 from pathlib import Path
 
@@ -20,7 +21,9 @@ from tests.fixtures.clientrig.docker import DockerDaemon
 from tests.fixtures.clientrig.podman import Podman
 from tests.fixtures.clientrig.runtimes import CRUN, UNIFIED
 from tests.fixtures.clients import ClientRig, describe, require_binaries
+from tests.fixtures.nodes import HOST, Node
 
+log = logging.getLogger(__name__)
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.usefixtures("client_leak_check")]
 
 HELLO = ["echo", "hello"]
@@ -55,6 +58,7 @@ def containerd(client_rig: ClientRig) -> ContainerdDaemon:
     return client_rig.containerd()
 
 
+@pytest.mark.today_engines
 def test_docker_runs_imported_image(docker: DockerDaemon) -> None:
     proc = docker.run(HELLO)
     assert (proc.returncode, proc.stdout) == (0, "hello\n"), describe(proc)
@@ -67,6 +71,7 @@ def test_docker_custom_runtime_entry_wraps_runc(docker: DockerDaemon, tools: Pat
     assert " create --bundle " in calls and " start " in calls, calls
 
 
+@pytest.mark.today_engines
 def test_docker_gpus_finds_the_hook_on_dockerd_path(docker: DockerDaemon, tools: Path) -> None:
     proc = docker.run(HELLO, gpus="all")
     assert (proc.returncode, proc.stdout) == (0, "hello\n"), describe(proc)
@@ -74,6 +79,7 @@ def test_docker_gpus_finds_the_hook_on_dockerd_path(docker: DockerDaemon, tools:
     assert f"{tools}/bin/nvidia-container-runtime-hook prestart {{" in hook_log, hook_log
 
 
+@pytest.mark.today_engines
 def test_ctr_runs_imported_image(containerd: ContainerdDaemon) -> None:
     proc = containerd.run(HELLO)
     assert (proc.returncode, proc.stdout) == (0, "hello\n"), describe(proc)
@@ -89,6 +95,7 @@ def test_ctr_runc_binary_wrapper(containerd: ContainerdDaemon, client_rig: Clien
     assert " create --bundle " in calls, calls
 
 
+@pytest.mark.today_engines
 def test_ctr_gpus_hook_uses_cli_from_ctr_path(containerd: ContainerdDaemon, tools: Path) -> None:
     cli = _marker_script(tools / "ctr-bin/nvidia-container-cli", tools / "ctr-cli.log")
     proc = containerd.run(HELLO, gpus="0", extra_path=(cli.parent,))
@@ -127,6 +134,7 @@ def podman_root(client_rig: ClientRig, tools: Path) -> Podman:
     return client_rig.podman(hooks_dir=hooks)
 
 
+@pytest.mark.today_engines
 def test_podman_rootful_runs_image_and_hooks_dir(podman_root: Podman, tools: Path) -> None:
     proc = podman_root.run(HELLO)
     assert (proc.returncode, proc.stdout) == (0, "hello\n"), describe(proc)
@@ -190,3 +198,17 @@ def test_podman_rootless_with_crun_wrapper(client_rig: ClientRig, podman_user: P
     owner = (podman_user.user.uid, podman_user.user.gid)
     proc = podman_user.run(HELLO, runtime=str(client_rig.crun_wrapper(owner=owner)))
     assert (proc.returncode, proc.stdout) == (0, "hello\n"), describe(proc)
+
+
+@pytest.mark.today_engines(host=False)
+def test_node_runs_its_own_engines(client_rig: ClientRig) -> None:
+    """Every engine a node's tests use is the node's own (its Debian release's), not the
+    host's: the versions differ from Debian 12's; they are logged for docs/runtimes.md."""
+    host = Node(HOST).versions().splitlines()
+    mine = client_rig.node.versions().splitlines()
+    log.info("node %s:\n%s", client_rig.node.name, "\n".join(mine))
+    assert len(mine) == len(host) == 7, mine
+    for theirs, ours in zip(host, mine):
+        assert ours != theirs and "not found" not in ours, (ours, theirs)
+    assert client_rig.node.run("/usr/bin/dpkg-query", "-W", "nvhook").stdout.startswith(
+        "nvhook\t")  # from our .deb

@@ -26,6 +26,7 @@ every pod (its pause container too) passes through the wrapper: timed against ru
 from __future__ import annotations
 
 import logging
+import shutil
 import statistics
 from pathlib import Path
 
@@ -33,7 +34,7 @@ import pytest
 
 from tests.fixtures.cri import DEBIAN_STOCK, CriNode, CriNodes
 from tests.fixtures.cri_api import PodResult
-from tests.fixtures.gpu_clients import GpuInstall, gpu_listing, install, nvhook
+from tests.fixtures.gpu_clients import GpuInstall, gpu_listing, nvhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.usefixtures("client_leak_check")]
 log = logging.getLogger(__name__)
@@ -56,12 +57,20 @@ def node(cri_module_nodes: CriNodes, gpu_install: GpuInstall) -> CriNode:
     proc = nvhook("--config", gpu_install.sim.config_path, "cdi", "generate", "--output",
                   str(spec_dir / "nvidia.yaml"), "--hook-path", f"{gpu_install.prefix}/nvhook-hook")
     assert proc.returncode == 0, proc.stderr
-    install(base / "strict-bin", strict)
-    install(base / "cdi-bin", cdi)
+    gpu_install.install(base / "strict-bin", strict)
+    gpu_install.install(base / "cdi-bin", cdi)
     node = cri_module_nodes.new(DEBIAN_STOCK)
+    # today's containerd (1.7, 2.x) also reads CDI devices named in CRI (cdi_devices): the
+    # spec goes to the node's /etc/cdi (a Debian node's root is this session's copy)
+    engines = gpu_install.node
+    if not engines.is_host:
+        etc_cdi = engines.path("/etc/cdi")
+        etc_cdi.mkdir(parents=True, exist_ok=True)
+        shutil.copy(spec_dir / "nvidia.yaml", etc_cdi / "nvidia.yaml")
+    cdi_on = () if engines.is_host else ("--enable-cdi",)
     for name, prefix, extra in (("nvidia-strict", base / "strict-bin", ()),
                                 ("nvidia-cdi", base / "cdi-bin", ()),
-                                ("nvidia", gpu_install.prefix, ("--set-as-default",))):
+                                ("nvidia", gpu_install.prefix, ("--set-as-default", *cdi_on))):
         proc = node.configure(f"--runtime-name={name}",
                               f"--runtime-path={prefix}/nvidia-container-runtime", *extra)
         assert proc.returncode == 0, proc.stderr
@@ -79,6 +88,7 @@ def uuids(install_: GpuInstall, *indexes: int) -> list[str]:
     return [install_.sim.gpus[i].uuid for i in indexes]
 
 
+@pytest.mark.today_engines
 def test_envvar_strategy(node: CriNode, gpu_install: GpuInstall) -> None:
     pod = node.pod(PROBE, handler="nvidia",
                    envs={"NVIDIA_VISIBLE_DEVICES": ",".join(uuids(gpu_install, 1, 4))})
@@ -92,11 +102,22 @@ def test_volume_mounts_strategy(node: CriNode, gpu_install: GpuInstall) -> None:
     check(node.run_pod(pod), gpu_install, [2])
 
 
+@pytest.mark.today_engines
 def test_cdi_annotations_strategy(node: CriNode, gpu_install: GpuInstall) -> None:
     (uuid,) = uuids(gpu_install, 7)
     pod = node.pod(PROBE, handler="nvidia-cdi",
                    annotations={"cdi.k8s.io/nvidia-device-plugin_0a1b": f"nvidia.com/gpu={uuid}"})
     check(node.run_pod(pod), gpu_install, [7])
+
+
+@pytest.mark.today_engines(host=False)
+def test_cdi_devices_of_a_claim(node: CriNode, gpu_install: GpuInstall) -> None:
+    """A DRA-style claim: kubelet names the CDI devices in CRI's ContainerConfig.CDI_devices
+    (containerd 1.7 and 2.x; 1.6 has no such field); containerd applies nvhook's spec from
+    /etc/cdi itself, with plain runc, and runs the spec's hook."""
+    (uuid,) = uuids(gpu_install, 5)
+    pod = node.pod(PROBE, handler="runc", cdi_devices=[f"nvidia.com/gpu={uuid}"])
+    check(node.run_pod(pod), gpu_install, [5])
 
 
 def test_strict_policy_ignores_an_unprivileged_env_request(node: CriNode,

@@ -1,10 +1,11 @@
 """The Debian package: `packaging/build-deb` builds it, `apt-get install ./nvhook_*.deb` installs
 it into clean Debian roots of every release the docs name (bullseye, Python 3.9; bookworm, 3.11;
-with NVHOOK_LONG=1 also trixie, 3.13, and Ubuntu 22.04/24.04 where this machine's apt sources
-have an Ubuntu archive), and there, with the release's system python3 and its python3-prctl,
-and TOML reader (python3-toml on bullseye), `nvhook --version`, `config check` (of the
-default file and of one outside the simple subset), a GPU dry run against the simulated driver
-and `doctor` work. Then `dpkg -r` leaves only the conffile and `dpkg -P` nothing.
+trixie, 3.13; sid, 3.14 (marked today_engines); with NVHOOK_LONG=1 also Ubuntu 22.04/24.04
+where this machine's apt sources have an Ubuntu archive), and there, with the release's system
+python3 and its python3-prctl and TOML reader (python3-toml on bullseye), `nvhook
+--version`, `config check` (of the default file and of one outside the simple subset), a GPU
+dry run against the simulated driver and `doctor` work. Then `dpkg -r` leaves only the conffile
+and `dpkg -P` nothing.
 NVHOOK_DEB_RELEASES="bullseye trixie" picks releases.
 
 The roots come from tests/fixtures/debroot.py (`deps_tarball`): the machine's own Debian mirror,
@@ -42,8 +43,9 @@ REPO = Path(__file__).resolve().parent.parent.parent
 LAUNCHERS = ("nvhook", "nvidia-container-runtime-hook", "nvidia-container-runtime",
              "nvidia-container-cli", "nvhook-runtime", "nvhook-hook", "nvidia-ctk",
              "nvidia-cdi-hook")
-DEFAULT_RELEASES = ("bullseye", "bookworm")
-LONG_RELEASES = ("trixie", "jammy", "noble")
+DEFAULT_RELEASES = ("bullseye", "bookworm", "trixie", "sid")
+LONG_RELEASES = ("jammy", "noble")
+TODAY = ("trixie", "sid")  # marked today_engines: the releases of today's engines
 # A config.toml outside the subset nvhook reads itself: the release's TOML library reads it
 BEYOND_SUBSET = """\
 [nvidia-container-runtime]
@@ -73,7 +75,8 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=releases())
+@pytest.fixture(scope="module", params=[
+    pytest.param(r, marks=[pytest.mark.today_engines] if r in TODAY else []) for r in releases()])
 def release(request: pytest.FixtureRequest) -> Release:
     if request.param not in RELEASES:
         pytest.fail(f"NVHOOK_DEB_RELEASES: unknown release {request.param} "
@@ -97,7 +100,7 @@ def test_package_fields_and_files(deb: Path) -> None:
     fields = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True,
                             check=True).stdout
     assert "Architecture: all" in fields
-    assert ("Depends: python3 (>= 3.9), python3-prctl, "
+    assert ("Depends: python3 (>= 3.9), python3 (<< 3.15), python3-prctl, "
             "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml\n") in fields
     assert f"Depends: {package_depends()}\n" in fields  # what the cached roots were made with
     for name in ("Conflicts", "Replaces"):

@@ -23,7 +23,7 @@ from tests.fixtures.clientrig.containerd import ContainerdDaemon, config_dump, c
 from tests.fixtures.clientrig.docker import DockerDaemon
 from tests.fixtures.clientrig.podman import Podman
 from tests.fixtures.clients import ClientRig, describe, require_binaries
-from tests.fixtures.gpu_clients import PROBE, GpuInstall, gpu_listing, install, nvhook
+from tests.fixtures.gpu_clients import PROBE, GpuInstall, gpu_listing, nvhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.usefixtures("client_leak_check")]
 
@@ -38,12 +38,21 @@ def check_gpus(proc: subprocess.CompletedProcess[str], install: GpuInstall,
 @pytest.fixture(scope="module")
 def docker(client_rig: ClientRig, gpu_install: GpuInstall) -> DockerDaemon:
     """dockerd whose daemon.json got its runtimes only from `nvhook runtime configure`; the
-    launcher dir is on dockerd's PATH (for `--gpus`, which looks the hook up there)."""
-    daemon = client_rig.docker(start=False, extra_path=(gpu_install.prefix,))
+    launcher dir is on dockerd's PATH (for `--gpus`, which looks the hook up there). Today's
+    Docker (25 and later) also reads CDI specs: nvhook's, from a private spec dir."""
+    settings = {}
+    if not client_rig.node.is_host:  # Docker 20.10 refuses these keys
+        spec_dir = gpu_install.prefix.parent / "docker-cdi"
+        proc = nvhook("--config", gpu_install.sim.config_path, "cdi", "generate", "--output",
+                      str(spec_dir / "nvidia.yaml"), "--hook-path",
+                      f"{gpu_install.prefix}/nvhook-hook")
+        assert proc.returncode == 0, proc.stderr
+        settings = {"features": {"cdi": True}, "cdi-spec-dirs": [str(spec_dir)]}
+    daemon = client_rig.docker(start=False, extra_path=(gpu_install.prefix,), settings=settings)
     config = daemon.write_config()
     broken = gpu_install.prefix.parent / "broken-bin"  # its config is broken by a test
-    install(broken, Path(gpu_install.legacy_config).parent / "breakable.toml",
-            source=gpu_install.legacy_config)
+    gpu_install.install(broken, Path(gpu_install.legacy_config).parent / "breakable.toml",
+                        source=gpu_install.legacy_config)
     for name, prefix in (("nvidia", gpu_install.prefix), ("nvidia-spec", gpu_install.spec_prefix),
                          ("nvidia-broken", broken)):
         proc = nvhook("runtime", "configure", "--runtime=docker", f"--config={config}",
@@ -64,12 +73,25 @@ DOCKER_CASES = [
 ]
 
 
+@pytest.mark.today_engines
 @pytest.mark.parametrize(("flags", "runtime", "indexes"), DOCKER_CASES,
                          ids=["gpus-all", "gpus-device-1-3", "runtime-nvidia-2",
                               "runtime-spec-mode-0-7"])
 def test_docker(docker: DockerDaemon, gpu_install: GpuInstall, flags: list[str],
                 runtime: str | None, indexes: list[int]) -> None:
     proc = docker.run(PROBE, flags=flags, runtime=runtime)
+    check_gpus(proc, gpu_install, indexes)
+
+
+@pytest.mark.today_engines(host=False)
+@pytest.mark.parametrize(("device", "indexes"), [("nvidia.com/gpu=0", [0]),
+                                                 ("nvidia.com/gpu=all", list(range(8)))],
+                         ids=["cdi-gpu-0", "cdi-all"])
+def test_docker_cdi_device(docker: DockerDaemon, gpu_install: GpuInstall, device: str,
+                           indexes: list[int]) -> None:
+    """`docker run --device nvidia.com/gpu=N`: Docker applies nvhook's CDI spec itself
+    (runc, no nvidia runtime), and runc runs the spec's hook (Docker 25 and later)."""
+    proc = docker.run(PROBE, flags=["--device", device])
     check_gpus(proc, gpu_install, indexes)
 
 
@@ -118,6 +140,7 @@ def ctrd(client_rig: ClientRig) -> ContainerdDaemon:
     return client_rig.containerd()
 
 
+@pytest.mark.today_engines
 def test_ctr_gpus_through_the_cli_dropin(ctrd: ContainerdDaemon, gpu_install: GpuInstall) -> None:
     """`ctr run --gpus 0` runs `containerd oci-hook -- nvidia-container-cli --load-kmods
     configure --device=0 --compute ... --pid=N ROOTFS`, with the CLI from ctr's PATH."""
@@ -125,6 +148,7 @@ def test_ctr_gpus_through_the_cli_dropin(ctrd: ContainerdDaemon, gpu_install: Gp
     check_gpus(proc, gpu_install, [0])
 
 
+@pytest.mark.today_engines
 @pytest.mark.parametrize("spec_mode", [False, True], ids=["legacy", "spec-mode"])
 def test_ctr_runc_binary_wrapper(ctrd: ContainerdDaemon, gpu_install: GpuInstall,
                                  spec_mode: bool) -> None:
@@ -177,6 +201,7 @@ def podmen(client_rig: ClientRig, hooks_dir: Path) -> dict[bool, Podman]:
             True: client_rig.rootless_podman(hooks_dir=hooks_dir)}
 
 
+@pytest.mark.today_engines
 @pytest.mark.parametrize("rootless", [False, True], ids=["rootful", "rootless"])
 def test_podman_hooks_dir(podmen: dict[bool, Podman], gpu_install: GpuInstall,
                           rootless: bool) -> None:
@@ -214,8 +239,9 @@ def wrapper_config(install: GpuInstall, path: Path, runtime: Path, spec: bool,
 
 def wrapper(install: GpuInstall, config: Path, *args: str,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`nvhook-runtime ARGS` with the config in NVIDIA_CTK_CONFIG_FILE_PATH."""
-    return subprocess.run([str(install.prefix / "nvhook-runtime"), *args], capture_output=True,
+    """`nvhook-runtime ARGS` with the config in NVIDIA_CTK_CONFIG_FILE_PATH (on the node)."""
+    return subprocess.run([*install.node.enter(), str(install.prefix / "nvhook-runtime"), *args],
+                          capture_output=True, cwd="/",
                           text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL,
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
                                "NVIDIA_CTK_CONFIG_FILE_PATH": str(config)})
@@ -252,6 +278,7 @@ def test_non_gpu_config_json_passes_unchanged(client_rig: ClientRig, gpu_install
     assert copy.read_bytes() == original == (bundle / "config.json").read_bytes()
 
 
+@pytest.mark.today_engines
 def test_spec_mode_runtime_gets_devices_and_hook_writes_no_rule(
     client_rig: ClientRig, gpu_install: GpuInstall, tmp_path: Path
 ) -> None:
@@ -362,6 +389,7 @@ def _exec(cid: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
                           timeout=60, check=False)
 
 
+@pytest.mark.today_engines
 @pytest.mark.parametrize("spec", [False, True], ids=["legacy", "spec-mode"])
 def test_crun_as_low_level_runtime(client_rig: ClientRig, gpu_install: GpuInstall,
                                    tmp_path: Path, spec: bool) -> None:

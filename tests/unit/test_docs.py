@@ -50,6 +50,9 @@ DEVIATION_TABLE = re.compile(r"^\| deviation \| what nvhook does \| why \|$", re
 # one that goes missing or is renamed without the code that implements it being looked at)
 DEVIATIONS = {
     "hook.md": (
+    'The container from the state',
+    'User namespaces: who creates, who owns',
+    'Device cgroup and user namespaces',
     'Repeated device ids',
     'Requirement order',
     'Config file lookup',
