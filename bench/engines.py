@@ -1,6 +1,7 @@
 """End-to-end benchmark: `docker run` and `ctr run` through nvhook's and NVIDIA's stacks.
 
-    sudo .venv/bin/python bench/run.py --engines [-n 20] [--scenarios main,slow-nvml,large-image]
+    sudo .venv/bin/python bench/run.py --engines [-n 20]
+        [--scenarios main,slow-nvml,large-image,persist-nvml]
                                                  [--clients docker,ctr] [--modes legacy,spec]
 
 Starts private daemons (tests/fixtures/clientrig: Debian's dockerd and containerd, own data
@@ -22,6 +23,10 @@ daemon's) plain-runc median in the same run. Scenarios (bench/stacks.py for the 
   process waits 1,000 ms (`--nvml-delay`; NVIDIA documents 1-3 s per GPU for a GPU that is not
   kept initialised, "Driver Persistence", and its hard 10 s driver RPC timeout is the
   "driver rpc error: timed out" users hit); GPU 0 per stack, a start after the first;
+- persist-nvml (modelled, not in the default set): 8 GPUs in persistence mode: each process's
+  first nvmlInit still costs 40 ms per GPU (`--persist-delay`; from NVIDIA/mig-parted#332:
+  ~42 s of CPU for 68-100 NVML Init/Shutdown cycles on an 8-GPU DGX B300, 0.3-0.5 s a cycle,
+  docs/performance.md); GPU 0 and all 8 per stack;
 - large-image (modelled): GPU 0 per stack on the image with 1,000 libraries.
 """
 
@@ -271,6 +276,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "mode this nvhook accepts: legacy, spec, auto)")
     parser.add_argument("--nvml-delay", type=int, default=1000, metavar="MS",
                         help="slow-nvml: NVML init delay per GPU (default 1000)")
+    parser.add_argument("--persist-delay", type=int, default=40, metavar="MS",
+                        help="persist-nvml: NVML init cost per GPU with persistence on "
+                        "(default 40)")
     parser.add_argument("--libraries", type=int, default=1000, help="large image: libraries")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")

@@ -71,12 +71,16 @@ def build(args: object, work: Path, rig: E.Rig) -> tuple[list[E.Series], dict[st
     if "slow-nvml" in scenarios:
         slow = S.all_stacks(work, make_sim(work, "sim-slow", 1, a.nvml_delay), "slow", modes,
                             py)  # type: ignore[attr-defined]
+    persist: list[S.Stack] = []
+    if "persist-nvml" in scenarios:
+        persist = S.all_stacks(work, make_sim(work, "sim-persist", 8, a.persist_delay),
+                               "persist", modes, py)  # type: ignore[attr-defined]
     runc_sh = S.runc_wrapper(work)
     ctx: dict[str, tuple[object, E.CpuGroup]] = {}
     hook_a = next((st.hook_dir for st in main if st.family == "nvhook"), None)
     nv117 = next((st for st in main if st.family == "nvidia-1.17.8"), None)
     if "docker" in clients:
-        runtimes = {st.name: st.runtime for st in (*main, *slow)}
+        runtimes = {st.name: st.runtime for st in (*main, *slow, *persist)}
         ctx["docker"] = E.start_docker(rig, "docker-a", {**runtimes, "runc-sh": runc_sh},
                                        hook_a, imgs)
         if nv117 is not None:
@@ -92,12 +96,16 @@ def build(args: object, work: Path, rig: E.Rig) -> tuple[list[E.Series], dict[st
         series += E.gpus_rows(ctx, nv117 is not None)
     if slow:
         series += E.stack_rows("slow-nvml", slow, [("GPU 0", "0")], E.IMAGE, plain)
+    if persist:
+        series += E.stack_rows("persist-nvml", persist, [("GPU 0", "0"), ("all 8 GPUs", "all")],
+                               E.IMAGE, plain)
     if "large-image" in scenarios:
         series += E.base_rows("large-image", E.LARGE, plain)
         series += E.stack_rows("large-image", main, [("GPU 0", "0")], E.LARGE, plain)
     setup = {"modes": modes, "stacks": [st.label for st in main], "scenarios": scenarios,
              "clients": clients, "nvml_delay_ms": a.nvml_delay,  # type: ignore[attr-defined]
-             "timing_logs": {f"{st.name}": str(st.timing_log) for st in (*main, *slow)
+             "persist_delay_ms": a.persist_delay,  # type: ignore[attr-defined]
+             "timing_logs": {f"{st.name}": str(st.timing_log) for st in (*main, *slow, *persist)
                              if st.timing_log}}
     return series, setup
 

@@ -67,7 +67,8 @@ def goals(results: dict[str, Any]) -> list[str]:
     modes = results["setup"]["modes"]
     out = ["Ratios of added wall time (nvhook / NVIDIA) from this run, docker | ctr:", ""]
     checks = [("main", "GPU 0"), ("main", "all 8 GPUs"), ("main", "no GPU"),
-              ("slow-nvml", "GPU 0"), ("large-image", "GPU 0")]
+              ("slow-nvml", "GPU 0"), ("persist-nvml", "GPU 0"), ("persist-nvml", "all 8 GPUs"),
+              ("large-image", "GPU 0")]
     for scenario, kind in checks:
         for mode in modes:
             ours = f"{scenario} | {kind} | nvhook {mode}"

@@ -11,6 +11,7 @@ configure_with_plan and the records). The stages are packages; their order is th
     apply/      clone sources, enter the mount ns, run the plan, journal       -> ApplyResult
     cgroup/     allow the plan's device rules (v1 file, v2 BPF)
     ldcache/    update the container's ld.so.cache (sandboxed host ldconfig)
+    systemd/    the device rules registered with the container's systemd scope (DeviceAllow=)
 
 Shared below all stages: `fs/` (in-root path operations on fds, the trusted procfs handle),
 `_libc` and `_bpf` (the only ctypes besides `discover/_nvml`), `errors`, `fds`,

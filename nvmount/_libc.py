@@ -85,6 +85,7 @@ MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_NOEXEC = 0x8
 MOUNT_ATTR_NOSYMFOLLOW = 0x00200000
+MOUNT_ATTR_IDMAP = 0x00100000
 
 # statx/statmount (Linux 6.8): one mount's propagation without reading mountinfo
 STATX_MNT_ID_UNIQUE = 0x4000
@@ -223,9 +224,9 @@ class Libc:
 
     def mount_setattr(
         self, dirfd: int, path: str, flags: int, attr_set: int, attr_clr: int = 0,
-        propagation: int = 0,
+        propagation: int = 0, userns_fd: int = 0,
     ) -> None:
-        attr = _MountAttr(attr_set, attr_clr, propagation, 0)
+        attr = _MountAttr(attr_set, attr_clr, propagation, userns_fd)
         self._sys(
             "mount_setattr",
             dirfd,
@@ -292,6 +293,20 @@ class Libc:
             raise OSError(_errno.ENOSYS, "statmount: no mount facts in the answer")
         propagation, peer_group = struct.unpack_from("=QQ", out.raw, _STATMOUNT_PROPAGATION)
         return int(propagation), int(peer_group)
+
+    # -- filesystem ids -------------------------------------------------------------------
+    def set_fs_ids(self, uid: int, gid: int) -> tuple[int, int]:
+        """setfsgid then setfsuid (this thread only; the hook has one); the previous
+        (fsuid, fsgid). They report no errors: PermissionError unless both took effect."""
+        old_gid = int(self._lib.setfsgid(ctypes.c_uint(gid)))
+        old_uid = int(self._lib.setfsuid(ctypes.c_uint(uid)))
+        now = (int(self._lib.setfsuid(ctypes.c_uint(0xFFFFFFFF))),
+               int(self._lib.setfsgid(ctypes.c_uint(0xFFFFFFFF))))
+        if now != (uid, gid):
+            self._lib.setfsuid(ctypes.c_uint(old_uid))
+            self._lib.setfsgid(ctypes.c_uint(old_gid))
+            raise PermissionError(_errno.EPERM, f"setfsuid {uid}/setfsgid {gid}: not permitted")
+        return old_uid, old_gid
 
     # -- processes ------------------------------------------------------------------------
     def pidfd_send_signal(self, pidfd: int, sig: int) -> None:

@@ -46,10 +46,14 @@ if TYPE_CHECKING:
     from nvmount.container.cgroup import process_cgroups as process_cgroups
     from nvmount.container.layout import DEBIAN_DIRS as DEBIAN_DIRS
     from nvmount.container.layout import choose_layout as choose_layout
+    from nvmount.container.open import map_to_host as map_to_host
     from nvmount.container.open import open_container as open_container
+    from nvmount.container.open import parse_id_map as parse_id_map
+    from nvmount.discover._nvml import open_nvml as open_nvml
     from nvmount.discover.devices import read_char_majors as read_char_majors
     from nvmount.discover.devices import read_mig_minors as read_mig_minors
     from nvmount.discover.driver import discover_driver as discover_driver
+    from nvmount.discover.driver import nvml_path as nvml_path
     from nvmount.discover.elf import ElfFormatError as ElfFormatError
     from nvmount.discover.elf import parse_elf as parse_elf
     from nvmount.discover.inventory import DriverInventory as DriverInventory
@@ -131,6 +135,8 @@ _HOMES: dict[str, str] = {
     "ElfFormatError": "nvmount.discover.elf", "parse_elf": "nvmount.discover.elf",
     "MACHINE_ARCHES": "nvmount.discover.ldcache", "ProcFile": "nvmount.discover.procfiles",
     "read_proc_files": "nvmount.discover.procfiles",
+    # NVML itself (apply-cuda-memory-limits: the limits are set, nothing is discovered)
+    "nvml_path": "nvmount.discover.driver", "open_nvml": "nvmount.discover._nvml",
     # plan: the plan's records, the runtime's share, the procfs view's files
     **dict.fromkeys(("MountPlan", "PlanEntry", "Bind", "Symlink", "Tmpfs", "WriteFile",
                      "MountFlag", "RO_PROC", "CompatMode", "ContainerLayout"),
@@ -143,7 +149,8 @@ _HOMES: dict[str, str] = {
                      "app_profile_bytes", "gpu_mask"), "nvmount.plan.app_profile"),
     "requirements": "nvmount.plan.requirements:",
     # container: open it, its device cgroup, its layout
-    "open_container": "nvmount.container.open",
+    "open_container": "nvmount.container.open", "map_to_host": "nvmount.container.open",
+    "parse_id_map": "nvmount.container.open",
     **dict.fromkeys(("CgroupTarget", "parse_mountinfo", "process_cgroups"),
                     "nvmount.container.cgroup"),
     "choose_layout": "nvmount.container.layout", "DEBIAN_DIRS": "nvmount.container.layout",

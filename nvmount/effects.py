@@ -66,6 +66,10 @@ class Run:
         self.mounts.commit()
         for change in self.cgroup_changes:
             change.close()
+        unit = self._systemd_unit()
+        if unit is not None:
+            with self.timer.phase("cgroup"), P.stage(P.Stage.CGROUP):
+                self._systemd(unit)
         return Effects(applied, cgroup, ldconfig, tuple(self.warnings), ldcache)
 
     def _still_alive(self, when: str) -> None:
@@ -114,7 +118,7 @@ class Run:
         from nvmount.cgroup.allow import allow_devices
         from nvmount.cgroup.common import should_skip_cgroups
 
-        skip = should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns)
+        skip = should_skip_cgroups(self.options.no_cgroups, self.handle.hook_in_userns)
         target = self.handle.cgroup
         if skip is not None or target is None or not self.plan.device_rules:
             why = skip or ("no device cgroup" if target is None else "no rules")
@@ -124,6 +128,26 @@ class Run:
                                lambda step: self._cgroup_point(step, target.path))
         self.cgroup_changes.append(change)
         return change.describe()
+
+    def _systemd_unit(self) -> str | None:
+        """The systemd scope whose DeviceAllow= should hold the plan's rules (runc's or
+        crun's systemd driver), or None: a cgroupfs path, no rules, or cgroups left alone."""
+        from nvmount.cgroup.common import should_skip_cgroups, systemd_scope
+
+        target = self.handle.cgroup
+        if target is None or not self.plan.device_rules or \
+                should_skip_cgroups(self.options.no_cgroups, self.handle.in_userns):
+            return None
+        return systemd_scope(target.path)
+
+    def _systemd(self, unit: str) -> None:
+        """The rules also go to the unit, so that a daemon-reload keeps them: last, after
+        every effect that can fail, and never fatal (a warning)."""
+        from nvmount.systemd.register import register_quietly
+
+        warning = register_quietly(unit, self.plan.device_rules)
+        if warning is not None:
+            self.warnings.append(warning)
 
     def _cgroup_point(self, step: str, path: str) -> None:
         try:

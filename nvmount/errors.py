@@ -10,7 +10,8 @@
     ├── TrustError              a host path root would use is not root's alone (nvmount.fs.trusted)
     ├── MountError              a mount step failed (op, source, target, flags)
     ├── LdcacheError            the container's ldcache update
-    └── CgroupError             the device cgroup update
+    ├── CgroupError             the device cgroup update
+    └── SystemdError            registering the devices with the container's systemd unit
 
 Messages follow "<op> <subject>: <cause> (<hint>)": lowercase, no trailing period. An
 `OSError` becomes `<cause>` through `strerror` (the one errno formatter). Effect errors carry
@@ -111,3 +112,7 @@ class LdcacheError(NvmountError):
 class CgroupError(NvmountError):
     pass
 
+
+
+class SystemdError(NvmountError):
+    """Registering devices with systemd failed (the hook warns; a container still starts)."""

@@ -179,6 +179,14 @@ def _set_effective(p: ModuleType, want: set[int]) -> None:
     p.set_caps(on, [], [], off, [], [])
 
 
+def set_effective(caps: Iterable[int]) -> None:
+    """Make exactly `caps` effective (those still permitted); nothing when not root. For a
+    change of fsuid, which drops and raises the file capabilities on its own."""
+    p = _prctl()
+    if p is not None:
+        _set_effective(p, set(caps))
+
+
 def drop_to(stage: Stage) -> None:
     """Make exactly `stage`'s capabilities effective (those still permitted)."""
     p = _prctl()

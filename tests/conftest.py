@@ -12,6 +12,7 @@ _RUN_LEFT = pytest.StashKey[list[str]]()
 pytest_plugins = [
     "tests.fixtures.hostguard",
     "tests.fixtures.nodes",
+    "tests.fixtures.cgroup2_node",
     "tests.fixtures.sim",
     "tests.fixtures.containers",
     "tests.fixtures.realdriver",

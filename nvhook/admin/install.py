@@ -102,6 +102,7 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
         from nvhook.launch.facts import prime_facts
 
         prime_facts(config)  # the runtime launcher's first call needs no interpreter
+        write_pack(python)
     from nvhook.admin.configure.hints import install_hint
 
     sys.stderr.write(install_hint(prefix))
@@ -134,6 +135,23 @@ def uninstall(prefix: str, launchers: list[tuple[str, str]]) -> int:
 
 def _absolute(path: str, cwd: str | None) -> str:
     return os.path.normpath(os.path.join(cwd or os.getcwd(), path))
+
+
+def write_pack(python: str) -> None:
+    """The GPU create's modules in one file (`nvhook.launch.pack`), compiled by the launchers'
+    interpreter; a failure costs only time, so it is a warning."""
+    import subprocess
+
+    from nvhook.launch import pack
+
+    source = os.path.realpath(pack.__file__)
+    base = os.path.dirname(os.path.dirname(os.path.dirname(source)))  # holds nvhook/
+    proc = subprocess.run([python, "-IS", source, base],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        sys.stderr.write(f"nvhook install: warning: the create pack was not written ({last}); "
+                         "GPU creates import module by module\n")
 
 
 def import_paths(modules: tuple[str, ...] = _MODULES) -> list[str]:

@@ -145,12 +145,15 @@ def _refresh(args: argparse.Namespace, config: HookConfig) -> int:
     return 0
 
 
+NVIDIA_KINDS = "nvidia.com/"  # nvidia.com/gpu, management.nvidia.com/gpu, DRA's claim specs
+
+
 def _targets(args: argparse.Namespace, config: HookConfig) -> list[str]:
     from nvhook.cdi.check import spec_files
 
     if args.spec:
         return [args.spec]
-    found = spec_files(config.runtime.modes_cdi_spec_dirs)
+    found = spec_files(config.runtime.modes_cdi_spec_dirs, NVIDIA_KINDS)
     if not found:
         raise NvhookError("cdi: no nvidia.com/gpu spec in "
                           f"{', '.join(config.runtime.modes_cdi_spec_dirs)} (generate one: "
@@ -184,38 +187,46 @@ def check_one(path: str, config: HookConfig, *, refresh: bool, hook_path: str | 
         regenerate,
         vanished,
     )
+    from nvhook.cdi.heal import missing_gpus, only_all, only_all_note
     from nvhook.cdi.recorded import policy
 
     old = read_spec(path)
     who = author(old)
     if who != "nvhook":
-        return _foreign(path, old, who, refresh=refresh, named=named)
+        return _foreign(path, old, who, refresh=refresh, named=named,
+                        proc_root=config.nvhook.proc_root or "/proc")
+    if only_all(old):
+        return f"{path}: {only_all_note(old)} (regenerate it without --device-id)", False
     config = policy(old, config, path, explicit=explicit, hook_path=hook_path)
     new = regenerate(old, config, hook_path=hook_path or None)
-    why = differences(old, new)
+    proc_root = config.nvhook.proc_root or "/proc"
+    why = differences(old, new) or missing_gpus(old, proc_root)
     if not why:
         return f"{path}: current", True
     if refresh:
         from nvhook.cdi.generate import format_of, render, write_atomically
+        from nvhook.cdi.heal import checked
 
-        write_atomically(path, render(new, format_of(path, None)))
+        write_atomically(path, render(checked(new, proc_root, path), format_of(path, None)))
         return f"{path}: refreshed ({'; '.join(why)})", True
-    gone = vanished(old)
+    gone = [g for g in vanished(old) if g not in why]
     detail = "; ".join(why + gone[:3])
     return f"{path}: stale: {detail} (fix: nvhook cdi check --refresh)", False
 
 
 def _foreign(path: str, spec: dict[str, Any], who: str, *, refresh: bool,
-             named: bool) -> tuple[str, bool]:
-    from nvhook.cdi.check import vanished
+             named: bool, proc_root: str) -> tuple[str, bool]:
+    from nvhook.cdi.heal import incomplete, only_all, only_all_note
 
-    gone = vanished(spec)
+    gone = incomplete(spec, proc_root)
+    if only_all(spec):
+        gone.insert(0, only_all_note(spec))
     if refresh and named:
         raise CdiError(f"cdi check --refresh: {path} was written by {who}, not nvhook: it is "
                        "never rewritten (regenerate it with the tool that wrote it)")
     what = f"written by {who}, cdiVersion {spec['cdiVersion']}, {len(spec['devices'])} devices"
     if gone:
-        return (f"{path}: names what this host no longer has: {'; '.join(gone[:3])} ({what}; "
+        return (f"{path}: does not match this host: {'; '.join(gone[:3])} ({what}; "
                 "regenerate it with the tool that wrote it)"), False
     note = ": not nvhook's, left as it is" if refresh else ""
     return f"{path}: valid ({what}){note}", True

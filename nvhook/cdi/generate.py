@@ -147,6 +147,7 @@ def _base_inputs(inventory: DriverInventory, eopts: EngineOptions,
     inputs.ldcache_mode = eopts.ldcache_mode
     inputs.ldconfig = eopts.ldconfig
     inputs.ldconfig_required = eopts.ldconfig_required
+    inputs.memory_limits = config.nvhook.cuda_memory_limits
     return inputs
 
 

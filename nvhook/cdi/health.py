@@ -48,8 +48,8 @@ def _spec_findings(path: str, config: HookConfig, engines: dict[str, tuple[str, 
     who = author(spec)
     out = []
     try:
-        out += [_fresh(path, spec, config) if who == "nvhook" else _foreign(path, spec, who)] \
-            if gpu else []
+        out += [_fresh(path, spec, config) if who == "nvhook" else
+                _foreign(path, spec, who, config.nvhook.proc_root or "/proc")] if gpu else []
     except (NvhookError, NvmountError) as err:
         out.append(("warn", f"{path}: {err}", f"nvhook cdi generate --output {path}"))
     out += _readable(path, spec, who, engines)
@@ -58,21 +58,25 @@ def _spec_findings(path: str, config: HookConfig, engines: dict[str, tuple[str, 
 
 def _fresh(path: str, spec: dict[str, Any], config: HookConfig) -> Finding:
     from nvhook.cdi.check import differences, regenerate
+    from nvhook.cdi.heal import missing_gpus, only_all, only_all_note
     from nvhook.cdi.recorded import policy
 
+    if only_all(spec):
+        return ("warn", f"{path} {only_all_note(spec)}", f"nvhook cdi generate --output {path}")
     config = policy(spec, config, path, explicit=False, hook_path=None)
-    why = differences(spec, regenerate(spec, config))
+    why = differences(spec, regenerate(spec, config)) or missing_gpus(
+        spec, config.nvhook.proc_root or "/proc")
     if why:
         return ("warn", f"{path} is stale: {'; '.join(why)}", "nvhook cdi check --refresh")
     return ("ok", f"{path}: current", "")
 
 
-def _foreign(path: str, spec: dict[str, Any], who: str) -> Finding:
-    from nvhook.cdi.check import vanished
+def _foreign(path: str, spec: dict[str, Any], who: str, proc_root: str) -> Finding:
+    from nvhook.cdi.heal import incomplete, only_all, only_all_note
 
-    gone = vanished(spec)
+    gone = ([only_all_note(spec)] if only_all(spec) else []) + incomplete(spec, proc_root)
     if gone:
-        return ("warn", f"{path} ({who}'s) names what this host no longer has: "
+        return ("warn", f"{path} ({who}'s) does not match this host: "
                 f"{'; '.join(gone[:3])}", f"regenerate it with {who} (nvhook never rewrites "
                 "another tool's spec)")
     return ("ok", f"{path}: valid ({who}'s, cdiVersion {spec['cdiVersion']})", "")

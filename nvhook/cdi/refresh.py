@@ -13,6 +13,13 @@ upgrade, a module load or unload, a GPU bound or unbound, and every minute for M
 4. Any other file at PATH (another tool's spec, or one that does not read): left alone, a
    one-line error.
 
+Specs that heal (`nvhook.cdi.heal`): before generating, the modules are loaded and the missing
+control and GPU nodes created (NVIDIA's refresh service, toolkit #1979); a spec is written
+only when it is whole (every GPU the driver lists, every node and file it names present),
+else the refresh waits and then refuses in one line, keeping the spec it had; a spec that is
+no longer whole (written at boot before the driver was ready) is regenerated even when the
+driver's state did not change. The spec's directory is locked for the whole refresh.
+
 Effects: discovery, reads and writes PATH.
 """
 
@@ -34,14 +41,18 @@ RETRY_SECONDS = 2.0
 
 
 def when_ready(make: Callable[[], Any], proc_root: str, wait: float,
-               sleep: Callable[[float], None] = time.sleep) -> Any:
+               sleep: Callable[[float], None] = time.sleep,
+               prepare: Callable[[int], object] | None = None) -> Any:
     """`make()` once the driver is ready: retried while /proc/driver/nvidia is missing or
-    discovery fails, for at most `wait` seconds (then the last error, in one line)."""
+    discovery fails, for at most `wait` seconds (then the last error, in one line);
+    `prepare(attempt)` first at every try (`nvhook.cdi.heal.prepare_host`)."""
     from nvmount.errors import NvmountError
 
     tries = 1 + int(wait // RETRY_SECONDS)
     for attempt in range(tries):
         try:
+            if prepare is not None:
+                prepare(attempt)
             if not os.path.isdir(os.path.join(proc_root, "driver/nvidia")):
                 raise CdiError(f"the NVIDIA driver is not loaded ({proc_root}/driver/nvidia "
                                "is missing)")
@@ -66,23 +77,48 @@ def unchanged(spec: dict[str, Any], proc_root: str) -> bool:
 def refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
             render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
     """Bring the spec at `output` up to date; what was done, for the log."""
+    from nvhook.cdi.heal import locked
+
+    with locked(output):
+        return _refresh(output, config, generate, render, wait=wait)
+
+
+def whole(make: Callable[[], dict[str, Any]], config: HookConfig, output: str, wait: float,
+          ) -> dict[str, Any]:
+    """`make()` once the driver is ready and the host's modules and nodes are prepared (the
+    modules at the first try only), its spec whole (`nvhook.cdi.heal`), within `wait`."""
+    from nvhook.cdi.heal import checked, prepare_host
+
+    proc_root = config.nvhook.proc_root or "/proc"
+
+    def prepare(attempt: int) -> None:
+        prepare_host(config.cli.root or "/", proc_root, modules=attempt == 0)
+
+    spec: dict[str, Any] = when_ready(lambda: checked(make(), proc_root, output), proc_root,
+                                      wait, prepare=prepare)
+    return spec
+
+
+def _refresh(output: str, config: HookConfig, generate: Callable[[HookConfig], dict[str, Any]],
+             render: Callable[[dict[str, Any]], str], *, wait: float) -> str:
     from nvhook.cdi.check import author, differences, read_spec, regenerate
     from nvhook.cdi.generate import write_atomically
+    from nvhook.cdi.heal import incomplete
     from nvhook.cdi.recorded import policy
 
     proc_root = config.nvhook.proc_root or "/proc"
     if not os.path.lexists(output):
-        spec = when_ready(lambda: generate(config), proc_root, wait)
+        spec = whole(lambda: generate(config), config, output, wait)
         write_atomically(output, render(spec))
         return f"{output}: written ({len(spec['devices'])} devices)"
     old = read_spec(output)
     if author(old) != "nvhook":
         raise CdiError(f"cdi refresh: {output} was written by {author(old)}, not nvhook: left "
                        "as it is (regenerate it with that tool, or use another --output)")
-    if unchanged(old, proc_root):
+    if unchanged(old, proc_root) and not incomplete(old, proc_root):
         return f"{output}: current (driver state unchanged)"
     config = policy(old, config, output, explicit=False, hook_path=None)
-    new = when_ready(lambda: regenerate(old, config), config.nvhook.proc_root or "/proc", wait)
+    new = whole(lambda: regenerate(old, config), config, output, wait)  # the recorded config's
     why = differences(old, new)
     if not why:
         return f"{output}: current"

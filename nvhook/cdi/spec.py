@@ -103,6 +103,8 @@ def device_entry(device: Device, common: MountPlan) -> DeviceEntry:
     links = {e.target for e in common.entries if isinstance(e, Symlink)}
     entry.links = tuple((e.link, e.target) for e in device.plan.entries
                         if isinstance(e, Symlink) and e.target not in links)
+    if ":" not in device.key and len(device.plan.gpus) == 1:  # a full GPU (not MIG)
+        entry.uuid = device.plan.gpus[0]
     return entry
 
 

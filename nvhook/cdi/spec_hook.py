@@ -5,7 +5,8 @@ Everything it needs is in its arguments (`nvhook.cdi.spec_hook_args`): no config
 discovery. One process per container applies, in one pass of the same fd-safe engine as the
 legacy hook (`nvmount.api.configure_with_plan`), what a runtime cannot do from a spec: the
 procfs view, the application profile, the links, the MIG access files and the ld.so.cache
-(`nvhook.cdi.spec_hook_plan`).
+(`nvhook.cdi.spec_hook_plan`); with `--memory-limits`, NVML's CUDA memory limits of the granted
+full GPUs (`nvhook.compat.cdihook.memlimits`).
 
 The devices it works for are granted by the request, never by the spec it runs on:
 
@@ -43,11 +44,12 @@ def main_hook(name: str, args: list[str], opts: GlobalOptions) -> int:
         raise CdiError(f"nvhook cdi hook: unknown hook {name[:60]!r} (the spec's hook is "
                          "`apply`; regenerate an older spec: nvhook cdi check --refresh)")
     from nvhook.cdi.spec_hook_args import parse
-    from nvhook.hook.oci import load_spec, load_state, resolve_rootfs
+    from nvhook.hook.locate import container_rootfs, load_bundle_spec
+    from nvhook.hook.oci import load_state
 
     inputs = parse(args)
     state = load_state(opts.stdin if opts.stdin is not None else 0)
-    spec = load_spec(state.bundle, cwd=opts.cwd)
+    spec = load_bundle_spec(state, opts.cwd)
     linux = spec.linux if isinstance(spec.linux, dict) else {}
     resources = linux.get("resources")
     rules = resources.get("devices") if isinstance(resources, dict) else None
@@ -56,7 +58,15 @@ def main_hook(name: str, args: list[str], opts: GlobalOptions) -> int:
         sys.stderr.write(f"nvhook cdi hook apply: device {key} requested but its nodes are "
                          "not allowed by the container's device cgroup: not granted\n")
     check_present(inputs, granted)
-    effects = apply(inputs, granted, state.pid, resolve_rootfs(spec, opts.cwd))
+    rootfs, note = container_rootfs(state, spec, opts.cwd)
+    if note:
+        sys.stderr.write(f"nvhook cdi hook apply: {note}\n")
+    effects = apply(inputs, granted, state.pid, rootfs)
+    if inputs.memory_limits:  # `[nvhook] cuda-memory-limits` when the spec was made
+        from nvhook.compat.cdihook.memlimits import apply as apply_limits
+
+        uuids = [inputs.devices[k].uuid for k in granted if inputs.devices[k].uuid]
+        apply_limits(spec.env, state.pid, inputs.driver_root, uuids)
     if opts.debug:
         a = effects.applied
         sys.stderr.write(f"nvhook cdi hook apply: devices {', '.join(granted) or '-'}: "

@@ -21,6 +21,9 @@ order):
     --device-proc=KEY=PATH     the GPU's /proc/driver/nvidia/gpus/<bus-id> dir (under --proc)
     --device-file=KEY=PATH     a MIG device's access file (under --proc)
     --device-link=KEY=TEXT::PATH   a link of the device (udev's DRM by-path link)
+    --memory-limits            NVML's CUDA memory limits from the container's
+                               NVIDIA_GPU_MEMORY_REQUEST(S)/LIMIT(S) (`[nvhook] cuda-memory-limits`)
+    --device-uuid=KEY=UUID     a full GPU's UUID (with --memory-limits; NVML has no MIG limits)
 
 The devices granted to a container are those the CDI resolution applied: each device's edits
 set `NVHOOK_CDI_DEVICE_<KEY>=<KEY>` in the container's environment (`grant_env`); the hook
@@ -38,10 +41,10 @@ if TYPE_CHECKING:
 GRANT_PREFIX = "NVHOOK_CDI_DEVICE_"
 MAX_ARGS = 65536
 MAX_VALUE = 4096
-_FLAGS = frozenset(("sim-procfs", "app-profile", "ldconfig-required"))
+_FLAGS = frozenset(("sim-procfs", "app-profile", "ldconfig-required", "memory-limits"))
 _VALUES = frozenset(("driver-root", "proc", "link", "folder", "lib", "lib32", "driver-version",
                      "cuda-compat-mode", "ldcache", "ldconfig", "device", "device-proc",
-                     "device-file", "device-link"))
+                     "device-file", "device-link", "device-uuid"))
 _KEY_CHARS = frozenset("0123456789:abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.-")
 
 
@@ -49,10 +52,11 @@ class DeviceEntry:
     """What one device brings beyond the runtime's share: its nodes (to check), proc dirs and
     files (the procfs view), links."""
 
-    __slots__ = ("files", "links", "nodes", "proc_dirs")
+    __slots__ = ("files", "links", "nodes", "proc_dirs", "uuid")
 
     def __init__(self, nodes: tuple[tuple[str, int, int], ...]) -> None:
         self.nodes = nodes
+        self.uuid = ""  # a full GPU's, for the memory limits
         self.proc_dirs: tuple[str, ...] = ()
         self.files: tuple[str, ...] = ()
         self.links: tuple[tuple[str, str], ...] = ()
@@ -69,7 +73,7 @@ class HookInputs:
 
     __slots__ = ("app_profile", "compat_mode", "devices", "driver_root", "driver_version",
                  "folders", "ldcache", "ldcache_mode", "ldconfig", "ldconfig_required",
-                 "links", "proc_dir", "sim_procfs")
+                 "links", "memory_limits", "proc_dir", "sim_procfs")
 
     def __init__(self) -> None:
         self.driver_root = "/"
@@ -84,6 +88,7 @@ class HookInputs:
         self.ldconfig = "@/sbin/ldconfig"
         self.ldconfig_required = False
         self.app_profile = False
+        self.memory_limits = False
         self.devices: dict[str, DeviceEntry] = {}
 
     def __eq__(self, other: object) -> bool:
@@ -111,11 +116,13 @@ def render(inputs: HookInputs) -> list[str]:
     args += [f"--ldconfig={inputs.ldconfig}"] if inputs.ldcache_mode == "ldconfig" else []
     args += ["--ldconfig-required"] if inputs.ldconfig_required else []
     args += ["--app-profile"] if inputs.app_profile else []
+    args += ["--memory-limits"] if inputs.memory_limits else []
     for key, dev in inputs.devices.items():
         args.append(f"--device={key}=" + ",".join(f"{p}:{ma}:{mi}" for p, ma, mi in dev.nodes))
         args += [f"--device-proc={key}={p}" for p in dev.proc_dirs]
         args += [f"--device-file={key}={p}" for p in dev.files]
         args += [f"--device-link={key}={text}::{path}" for text, path in dev.links]
+        args += [f"--device-uuid={key}={dev.uuid}"] if dev.uuid and inputs.memory_limits else []
     return args
 
 
@@ -198,7 +205,12 @@ def _device_flag(inputs: HookInputs, name: str, value: str) -> None:
     entry = inputs.devices.get(key)
     if entry is None:
         raise CdiError(f"nvhook cdi hook apply: --{name}={key}: no --device={key} before it")
-    if name == "device-link":
+    if name == "device-uuid":
+        if not rest or len(rest) > 96 or not set(rest) <= _KEY_CHARS:
+            raise CdiError(f"nvhook cdi hook apply: --device-uuid={key}={rest[:60]!r}: not a "
+                           "GPU UUID")
+        entry.uuid = rest
+    elif name == "device-link":
         entry.links += (_link(name, rest),)
     elif name == "device-proc":
         entry.proc_dirs += (_absolute(name, rest),)

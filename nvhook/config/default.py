@@ -76,6 +76,10 @@ path = "nvidia-ctk"
 [nvhook]
 # root-only caches of the parsed config and the driver inventory; "" turns them off
 cache-dir = "/run/nvhook"
+# the legacy hook sets NVML's CUDA memory limits on the container's cgroup v2 from
+# NVIDIA_GPU_MEMORY_REQUEST(S)/LIMIT(S) in MiB, as nvidia-cdi-hook apply-cuda-memory-limits
+# (NVML 13.4)
+#cuda-memory-limits = false
 # the driver root used when nvidia-container-cli.root is unset and a driver container (the GPU
 # Operator's) has put a driver there; "" turns the detection off
 driver-container-root = "/run/nvidia/driver"

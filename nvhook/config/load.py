@@ -107,8 +107,8 @@ def untrusted_reason(path: str, cwd: str | None) -> str | None:
             break
         parent = os.path.dirname(parent)
     if cwd and os.geteuid() == 0:
-        base = os.path.realpath(cwd)
-        if real == base or real.startswith(base.rstrip("/") + "/"):
+        base = os.path.realpath(cwd)  # "/" is no bundle (crun starts hooks there: userns)
+        if base != "/" and (real == base or real.startswith(base + "/")):
             return (f"it is inside the hook's starting directory {base} (the container's "
                     "bundle: the image must not configure the hook)")
     return None

@@ -107,6 +107,9 @@ class NvhookConfig:
     narrow_procfs: bool = False  # spec delivery: a hook narrows /proc/driver/nvidia as well
     nvml_timeout: float = 30.0  # seconds the NVML helper may take before it is killed
     sim_procfs: bool = False  # simulated driver: the hook mounts a tmpfs on /proc/driver
+    # the legacy hook sets NVML's CUDA memory limits from NVIDIA_GPU_MEMORY_REQUEST(S)/LIMIT(S)
+    # (as nvidia-cdi-hook apply-cuda-memory-limits; NVML 13.4, cgroup v2)
+    cuda_memory_limits: bool = False
     mps_pipe_directory: str = "/tmp/nvidia-mps"  # libnvc: $CUDA_MPS_PIPE_DIRECTORY (not read)
     test_faults: bool = False  # tests only: NVHOOK_FAULT (with --debug) arms fault injection
     # the driver root used when nvidia-container-cli.root names none and a driver container
@@ -194,6 +197,7 @@ _SCHEMA: tuple[tuple[str, str, str, str], ...] = (
     ("nvhook.narrow-procfs", "nvhook", "narrow_procfs", _BOOL),
     ("nvhook.nvml-timeout", "nvhook", "nvml_timeout", _NUM),
     ("nvhook.sim-procfs", "nvhook", "sim_procfs", _BOOL),
+    ("nvhook.cuda-memory-limits", "nvhook", "cuda_memory_limits", _BOOL),
     ("nvhook.mps-pipe-directory", "nvhook", "mps_pipe_directory", _STR),
     ("nvhook.test-faults", "nvhook", "test_faults", _BOOL),
     ("nvhook.driver-container-root", "nvhook", "driver_container_root", _STR),

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from nvhook.config.model import HookConfig
     from nvhook.hook.request import ContainerRef, ContainerRequest
@@ -57,8 +57,10 @@ def run_engine(
     timer: PhaseTimer | None = None,
     environ: Mapping[str, str] | None = None,
     delivered: Delivered | None = None,
+    env: Sequence[object] = (),
 ) -> dict[str, object] | None:
-    """Configure the container for `request`; in dry-run, return the plan instead."""
+    """Configure the container for `request`; in dry-run, return the plan instead. `env` (the
+    container's) is read only with `[nvhook] cuda-memory-limits`."""
     import os
 
     from nvmount.api import Faults, Libc, PhaseTimer, configure_container, plan_only, write_timing
@@ -74,8 +76,12 @@ def run_engine(
         return None if plan is None else plan_to_json(plan)
     faults = Faults.from_env(os.environ if environ is None else environ, debug=debug,
                              enabled=config.nvhook.test_faults)
-    configure_container(ereq, container.pid, container.rootfs, options, libc,
-                        faults=faults, timer=timer)
+    result = configure_container(ereq, container.pid, container.rootfs, options, libc,
+                                 faults=faults, timer=timer)
+    if config.nvhook.cuda_memory_limits and result.plan.gpus:
+        from nvhook.compat.cdihook.memlimits import apply
+
+        apply(env, container.pid, result.inventory.root, result.plan.gpus)
     return None
 
 

@@ -32,6 +32,8 @@ class State:
 
     pid: int
     bundle: str
+    root: str = ""  # the rootfs the runtime names (crun's `root`, `runc state`'s `rootfs`)
+    id: str = ""  # the container's id (a valid name: nvhook.hook.locate.runtime_spec_path)
 
 
 @record
@@ -159,6 +161,8 @@ def load_state(stream: IO[bytes] | int | bytes) -> State:
         pid = field(obj, "pid")
         bundle = _string(field(obj, "bundle"), "bundle")
         bundle_path = _string(field(obj, "bundlePath"), "bundlePath")
+        root = _state_root(field(obj, "root")) or _state_root(field(obj, "rootfs"))
+        cid = field(obj, "id")
     except OSError as err:
         raise StateError(f"could not decode container state: read stdin: {err.strerror}") from err
     except ValueError as err:
@@ -174,7 +178,14 @@ def load_state(stream: IO[bytes] | int | bytes) -> State:
     if "\0" in bundle:
         raise StateError(f"could not decode container state: bundle {shorten(repr(bundle))} "
                          "contains a NUL byte (expected a directory path)")
-    return State(pid=pid, bundle=bundle)
+    return State(pid=pid, bundle=bundle, root=root, id=cid if isinstance(cid, str) else "")
+
+
+def _state_root(value: Any) -> str:
+    """A runtime's own rootfs field (not in the OCI state): used when it is an absolute path
+    string, ignored otherwise (as any unknown field)."""
+    ok = isinstance(value, str) and value.startswith("/") and "\0" not in value
+    return value if ok else ""
 
 
 def read_spec_file(path: str) -> bytes:

@@ -45,7 +45,8 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
 def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> int:
     """The prestart pipeline; in dry-run, print the decision (and the engine's plan)."""
     from nvhook.config.load import load_config
-    from nvhook.hook.oci import load_spec, load_state
+    from nvhook.hook.locate import load_bundle_spec
+    from nvhook.hook.oci import load_state
     from nvhook.hook.request import derive_request
     from nvmount.api import PhaseTimer
 
@@ -61,7 +62,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
     delivery = os.environ.get("NVHOOK_RUNTIME_DELIVERY")  # nvhook.runtime.modes.DELIVERY_ENV
     with timer.phase("spec"):
         state = load_state(opts.stdin if opts.stdin is not None else stdin_fd)
-        spec = load_spec(state.bundle, cwd=opts.cwd)
+        spec = load_bundle_spec(state, opts.cwd)
         request = derive_request(spec, _wrapper_resolved(config, delivery))
     if request is None:
         _log_not_gpu(state)
@@ -78,7 +79,7 @@ def run_prestart(opts: GlobalOptions, *, dry_run: bool, stdin_fd: int = 0) -> in
 
         delivered = delivered_by_spec(spec)
     plan = run_engine(request, ref, config, dry_run=dry_run, debug=opts.debug, timer=timer,
-                      delivered=delivered)
+                      delivered=delivered, env=spec.env)
     if dry_run:
         _print_decision(request, ref, plan)
     return 0
@@ -97,13 +98,16 @@ def _wrapper_resolved(config: HookConfig, delivery: str | None) -> HookConfig:
 
 
 def container_ref(state: State, spec: Spec, cwd: str | None) -> ContainerRef:
-    """pid, absolute bundle and rootfs (root.path against the hook's original cwd, 1.4)."""
-    from nvhook.hook.oci import resolve_bundle, resolve_rootfs
+    """pid, absolute bundle and rootfs (the state's, else root.path against the bundle:
+    `nvhook.hook.locate`)."""
+    from nvhook.hook.locate import container_rootfs
+    from nvhook.hook.oci import resolve_bundle
     from nvhook.hook.request import ContainerRef
 
-    return ContainerRef(
-        pid=state.pid, bundle=resolve_bundle(state.bundle, cwd), rootfs=resolve_rootfs(spec, cwd)
-    )
+    rootfs, note = container_rootfs(state, spec, cwd)
+    if note:
+        get_logger(__name__).warning("%s", note)
+    return ContainerRef(pid=state.pid, bundle=resolve_bundle(state.bundle, cwd), rootfs=rootfs)
 
 
 def _warn_unknown_keys(config: HookConfig) -> None:

@@ -13,6 +13,8 @@ errors as the hook); the plan is then delivered without a hook process:
                                          /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf
     the /proc/driver/nvidia view         the prestart hook, only with `[nvhook] narrow-procfs`
                                          (runc refuses mounts under /proc)
+    CUDA memory limits (NVML)            the prestart hook, only with `[nvhook]
+                                         cuda-memory-limits` and both variables set
 
 Any prestart hook of NVIDIA's or nvhook's already in the spec (Docker's `--gpus` adds one) is
 removed, as NVIDIA's jit-cdi removes it; nvhook's own hook comes back only when something is
@@ -77,7 +79,17 @@ def deliver_spec(doc: dict[str, Any], request: ContainerRequest, bundle: BundleF
     if any(_under_proc(e.target) for e in plan.entries) and (
             config.nvhook.narrow_procfs or config.nvhook.sim_procfs):
         left.append("the /proc/driver/nvidia view")
+    if config.nvhook.cuda_memory_limits and plan.gpus and _asks_memory_limits(doc):
+        left.append("the CUDA memory limits")  # NVML, on the container's cgroup: at start
     return tuple(left)
+
+
+def _asks_memory_limits(doc: dict[str, Any]) -> bool:
+    """Whether the container sets a GPU memory request and limit (the hook reads them)."""
+    from nvhook.compat.cdihook.memlimits import LIMITS, REQUESTS, env_of
+
+    names = {str(e).partition("=")[0] for e in env_of(doc)}
+    return bool(names & set(REQUESTS)) and bool(names & set(LIMITS))
 
 
 def mount_destinations(doc: dict[str, Any]) -> frozenset[str]:

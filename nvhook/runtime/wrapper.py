@@ -140,6 +140,10 @@ def launched(args: list[str]) -> None:
         sys.stderr.write("nvhook-runtime: run through its launcher (nvhook install)\n")
         os._exit(2)
     launcher, recorded, facts, *rest = args
+    from nvhook.launch.pack import use_pack
+
+    # a GPU create's modules from the pack `nvhook install` wrote, if it is current
+    use_pack(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     rc = main([launcher, *rest], recorded=recorded or None, facts=facts or None)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -12,8 +12,9 @@ the host before discovery. Effects (the host's /dev in the driver root, modprobe
   from the `nvidia-caps-imex-channels` major, unless features.disable-imex-channel-creation;
   at most channel 2047 (the driver's default NVreg_ImexChannelCount) and 64 per start.
 
-Every node is made with mknodat on a directory fd opened without following links; an existing
-entry of any type is left alone (the discovery then reports it as it is). As nvidia-modprobe
+Every node is made with mknodat on a directory fd opened without following links, with its
+`/dev/char/MAJOR:MINOR` link as udev makes them (`../nvidiactl`); an existing entry of any
+type is left alone (the discovery then reports it as it is). As nvidia-modprobe
 does, the driver's /proc/driver/nvidia/params decide: `ModifyDeviceFiles: 0` creates nothing,
 `DeviceFileUID`, `DeviceFileGID` and `DeviceFileMode` give the nodes' owner and mode (default
 root:root 0666). Modules are loaded only by a modprobe owned by root and writable by no one
@@ -129,13 +130,17 @@ def ensure_nodes(root: str, proc_root: str, imex_channels: tuple[int, ...] = (),
     except OSError as err:
         log.warning("load-kmods: open %s/dev: %s", root.rstrip("/"), err.strerror)
         return made
+    numbers: list[tuple[str, int, int]] = []
     try:
-        made += [f"/dev/{n}" for n, major, minor in wanted
-                 if _mknod(dev, n, major, minor, (uid, gid, mode))]
+        numbers += [(n, major, minor) for n, major, minor in wanted
+                    if _mknod(dev, n, major, minor, (uid, gid, mode))]
         imex = majors.get("nvidia-caps-imex-channels")
         channels = [c for c in imex_channels if 0 <= c <= MAX_IMEX_CHANNEL]
         if create_imex and imex is not None and channels:
-            made += _imex(dev, imex, channels[:MAX_IMEX_PER_START], (uid, gid, mode))
+            numbers += _imex(dev, imex, channels[:MAX_IMEX_PER_START], (uid, gid, mode))
+        made += [f"/dev/{name}" for name, _, _ in numbers]
+        if numbers:
+            _char_links(dev, numbers)
     finally:
         os.close(dev)
     for path in made:
@@ -143,8 +148,42 @@ def ensure_nodes(root: str, proc_root: str, imex_channels: tuple[int, ...] = (),
     return made
 
 
+def char_link(name: str, major: int, minor: int) -> tuple[str, str]:
+    """(entry in /dev/char, its relative text) for the node /dev/<name>, as udev makes them:
+    `195:255 -> ../nvidiactl`, `509:0 -> ../nvidia-caps-imex-channels/channel0`."""
+    return f"{major}:{minor}", "../" + name
+
+
+def _char_links(dev: int, numbers: list[tuple[str, int, int]]) -> None:
+    """/dev/char/MAJOR:MINOR links for the nodes just made (systemd resolves DeviceAllow=
+    /dev/char paths; NVIDIA's create-dev-char-symlinks does this for its nodes); an existing
+    entry is left alone, a failure is a warning."""
+    try:
+        try:
+            os.mkdir("char", 0o755, dir_fd=dev)
+        except FileExistsError:
+            log.debug("load-kmods: /dev/char exists")
+        fd = os.open("char", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dev)
+    except OSError as err:
+        log.warning("load-kmods: /dev/char: %s (no /dev/char links)", err.strerror)
+        return
+    try:
+        for name, major, minor in numbers:
+            entry, text = char_link(name, major, minor)
+            try:
+                os.symlink(text, entry, dir_fd=fd)
+            except FileExistsError:
+                continue
+            except OSError as err:
+                log.warning("load-kmods: symlink /dev/char/%s -> %s: %s", entry, text,
+                            err.strerror)
+    finally:
+        os.close(fd)
+
+
 def _imex(dev: int, major: int, channels: list[int],
-          owner: tuple[int, int, int]) -> list[str]:
+          owner: tuple[int, int, int]) -> list[tuple[str, int, int]]:
     try:
         os.mkdir(IMEX_DIR, 0o755, dir_fd=dev)
     except FileExistsError:
@@ -152,7 +191,7 @@ def _imex(dev: int, major: int, channels: list[int],
     fd = os.open(IMEX_DIR, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                  dir_fd=dev)
     try:
-        return [f"/dev/{IMEX_DIR}/channel{c}" for c in channels
+        return [(f"{IMEX_DIR}/channel{c}", major, c) for c in channels
                 if _mknod(fd, f"channel{c}", major, c, owner)]
     finally:
         os.close(fd)
@@ -185,3 +224,25 @@ def _mknod(dirfd: int, name: str, major: int, minor: int,
     finally:
         os.umask(mask)
     return True
+
+
+def ensure_gpu_nodes(root: str, proc_root: str, minors: list[int]) -> list[str]:
+    """Create the missing /dev/nvidia<minor> nodes (the driver's major, as nvidia-modprobe
+    -c does) of GPUs the driver lists, by the params' rules; their paths."""
+    modify, uid, gid, mode = device_file_params(proc_root)
+    major = read_majors(proc_root).get("nvidia-frontend")
+    if not modify or major is None:
+        return []
+    try:
+        dev = _open_dir(os.path.join(root, "dev"))
+    except OSError as err:
+        log.warning("load-kmods: open %s/dev: %s", root.rstrip("/"), err.strerror)
+        return []
+    try:
+        return [f"/dev/nvidia{m}" for m in minors[:MAX_GPU_NODES] if 0 <= m < 255
+                and _mknod(dev, f"nvidia{m}", major, m, (uid, gid, mode))]
+    finally:
+        os.close(dev)
+
+
+MAX_GPU_NODES = 256

@@ -59,13 +59,32 @@ class NoChange:
 
 
 # -- pure: decisions and parsing ------------------------------------------------------------
-def should_skip_cgroups(no_cgroups: bool, in_userns: bool) -> str | None:
-    """Why the device cgroup is left alone (None: update it); the engine logs the reason."""
+def should_skip_cgroups(no_cgroups: bool, hook_in_userns: bool) -> str | None:
+    """Why the device cgroup is left alone (None: update it); the engine logs the reason.
+    Decided by what the hook can do, not by a setting: a hook in a user namespace (a rootless
+    engine's) can neither load a device BPF program nor write a v1 devices cgroup; host root
+    can, whatever user namespace the container has (Podman's --userns=auto)."""
     if no_cgroups:
         return "no-cgroups = true in the config"
-    if in_userns:
-        return ("the container runs in a user namespace (rootless: its runtime owns device "
-                "access; use no-cgroups = true to silence this)")
+    if hook_in_userns:
+        return ("the hook runs in a user namespace (a rootless engine): no device limits are "
+                "set, the container's devices are those mounted into it")
+    return None
+
+
+_UNIT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.\\@")
+
+
+def systemd_scope(path: str) -> str | None:
+    """The systemd scope unit a container cgroup belongs to, from its path alone: the last
+    component when it is a `.scope` (runc's and crun's systemd driver: docker-<id>.scope,
+    cri-containerd-<id>.scope, libpod-<id>.scope), or the one above it (crun's `container`
+    subgroup); None for a cgroupfs driver's path (/docker/<id>, /kubepods/...)."""
+    parts = path.rstrip("/").rsplit("/", 2)[1:]
+    for name in reversed(parts):
+        if name.endswith(".scope") and len(name) <= 255 and set(name) <= _UNIT_CHARS \
+                and name != ".scope":
+            return name
     return None
 
 

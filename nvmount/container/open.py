@@ -64,6 +64,7 @@ class ContainerHandle(FdOwner):
         layout: ContainerLayout,
         libc: Libc,
         ns_rootfs: str = "",
+        hook_in_userns: bool = False,
     ) -> None:
         self.pid = pid
         self.pidfd = pidfd
@@ -73,6 +74,8 @@ class ContainerHandle(FdOwner):
         self.uid = uid
         self.gid = gid
         self.in_userns = in_userns
+        # the hook itself runs in a user namespace (a rootless engine's): no device cgroup
+        self.hook_in_userns = hook_in_userns
         self.cgroup = cgroup
         self.rootfs = rootfs
         # the rootfs as seen inside the container's mount namespace: `rootfs` before runc's
@@ -124,9 +127,12 @@ def open_container(
     mntns_fd = -1
     try:
         mntns_fd, mntns = _open_mntns(pid, proc_fd, proc_root)
-        owner = os.fstat(proc_fd)
-        in_userns = parse_id_map(_read_at(proc_fd, "uid_map", pid)) != IDENTITY_UID_MAP
-        cgroup = None if no_cgroups or in_userns else _find_cgroup(pid, proc_root)
+        in_userns = _other_userns(pid, proc_fd, proc_root)
+        uid, gid = (0, 0) if not in_userns else container_root_ids(
+            parse_id_map(_read_at(proc_fd, "uid_map", pid)),
+            parse_id_map(_read_at(proc_fd, "gid_map", pid)), os.fstat(proc_fd))
+        hook_in_userns = _hook_in_userns(proc_root)
+        cgroup = None if no_cgroups or hook_in_userns else _find_cgroup(pid, proc_root)
         ns_rootfs = rootfs_in_namespace(proc_fd, rootfs)
         layout = _layout_via_proc(proc_fd, ns_rootfs, libc)
         _check_alive(pidfd, pid, libc)
@@ -135,12 +141,14 @@ def open_container(
             if fd >= 0:
                 os.close(fd)
         raise
-    if in_userns:
-        log.info("container pid %d is in a user namespace: device cgroup left alone", pid)
+    if hook_in_userns:
+        log.info("the hook runs in a user namespace: the device cgroup of pid %d is left alone",
+                 pid)
     return ContainerHandle(
         pid=pid, pidfd=pidfd, proc_fd=proc_fd, mntns_fd=mntns_fd, mntns=mntns,
-        uid=owner.st_uid, gid=owner.st_gid, in_userns=in_userns, cgroup=cgroup,
+        uid=uid, gid=gid, in_userns=in_userns, cgroup=cgroup,
         rootfs=rootfs, layout=layout, libc=libc, ns_rootfs=ns_rootfs,
+        hook_in_userns=hook_in_userns,
     )
 
 
@@ -250,6 +258,30 @@ def _read_at(dir_fd: int, name: str, pid: int) -> str:
         ) from err
 
 
+def _other_userns(pid: int, proc_fd: int, proc_root: str) -> bool:
+    """Whether the container's user namespace is not the hook's own. Its uid_map, read from
+    another namespace, then maps its ids to ours (from inside, it would map them to the
+    parent's: a rootless engine's hook shares the container's namespace, where its root is 0)."""
+    try:
+        theirs, ours = os.stat("ns/user", dir_fd=proc_fd), os.stat(f"{proc_root}/self/ns/user")
+    except OSError as err:
+        raise ContainerError(
+            f"stat /proc/{pid}/ns/user: {strerror(err)} (did the container exit?)") from err
+    return (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino)
+
+
+def _hook_in_userns(proc_root: str) -> bool:
+    """Whether this process runs in a user namespace other than the initial one (a rootless
+    engine's hook): it cannot load a device BPF program nor write a v1 devices cgroup. A
+    container's own user namespace does not matter: host root limits its devices."""
+    try:
+        with open(f"{proc_root}/self/uid_map", "rb") as stream:
+            text = stream.read(65536).decode("ascii", "replace")
+    except OSError as err:
+        raise ContainerError(f"read {proc_root}/self/uid_map: {strerror(err)}") from err
+    return parse_id_map(text) != IDENTITY_UID_MAP
+
+
 def _find_cgroup(pid: int, proc_root: str) -> CgroupTarget | None:
     from nvmount.container.cgroup import find_cgroup
 
@@ -283,6 +315,26 @@ def _layout_via_proc(proc_fd: int, ns_rootfs: str, libc: Libc) -> ContainerLayou
 
 
 # -- pure decisions -----------------------------------------------------------------------
+def map_to_host(inside: int, id_map: tuple[tuple[int, int, int], ...]) -> int | None:
+    """The host id of id `inside` of a user namespace with `id_map` (uid_map's triples),
+    None when the namespace does not map it."""
+    for first, outside, count in id_map:
+        if first <= inside < first + count:
+            return outside + inside - first
+    return None
+
+
+def container_root_ids(uid_map: tuple[tuple[int, int, int], ...],
+                       gid_map: tuple[tuple[int, int, int], ...],
+                       proc_owner: os.stat_result) -> tuple[int, int]:
+    """Who owns what the engine creates in a container of a user namespace: its root as the
+    host sees it (uid_map's and gid_map's id 0), whatever user its process runs as (`--user
+    1000`); where the namespace maps no root (an unusual map), the owner of /proc/<pid>."""
+    uid, gid = map_to_host(0, uid_map), map_to_host(0, gid_map)
+    return (proc_owner.st_uid if uid is None else uid,
+            proc_owner.st_gid if gid is None else gid)
+
+
 def parse_id_map(text: str) -> tuple[tuple[int, int, int], ...]:
     """Parse /proc/<pid>/uid_map text into (inside, outside, count) triples."""
     triples = []

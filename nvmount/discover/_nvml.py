@@ -68,6 +68,16 @@ class _PciInfo(ctypes.Structure):
     )
 
 
+class _MemoryLimits(ctypes.Structure):
+    """nvmlSetMemoryLimits_v1_t (NVML 13.4): the cgroup v2 directory, soft and hard bytes."""
+
+    _fields_ = (
+        ("nameSpace", ctypes.c_char_p),
+        ("softLimit", ctypes.c_ulonglong),
+        ("hardLimit", ctypes.c_ulonglong),
+    )
+
+
 _H = ctypes.c_void_p  # nvmlDevice_t
 _U = ctypes.POINTER(ctypes.c_uint)
 _I = ctypes.POINTER(ctypes.c_int)
@@ -80,6 +90,8 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {  # name -> argtypes; every restype is
     "nvmlSystemGetCudaDriverVersion": (_I,),
     "nvmlDeviceGetCount_v2": (_U,),
     "nvmlDeviceGetHandleByIndex_v2": (ctypes.c_uint, ctypes.POINTER(_H)),
+    "nvmlDeviceGetHandleByUUID": (_S, ctypes.POINTER(_H)),
+    "nvmlDeviceSetMemoryLimits_v1": (_H, ctypes.POINTER(_MemoryLimits)),
     "nvmlDeviceGetName": (_H, _S, ctypes.c_uint),
     "nvmlDeviceGetUUID": (_H, _S, ctypes.c_uint),
     "nvmlDeviceGetPciInfo": (_H, ctypes.POINTER(_PciInfo)),
@@ -301,6 +313,14 @@ class NvmlSession:
             uuid = self._string("nvmlDeviceGetUUID", mh, 96)
             migs.append(NvmlMig(i, uuid, gi, ci, self._profile(mh)))
         return tuple(migs)
+
+    def set_memory_limits(self, uuid: str, cgroup: str, soft: int, hard: int) -> None:
+        """CUDA memory limits (bytes) of the GPU `uuid` for the processes of the cgroup v2
+        directory `cgroup` (nvmlDeviceSetMemoryLimits_v1; root only; not MIG handles)."""
+        h = ctypes.c_void_p()
+        self.call("nvmlDeviceGetHandleByUUID", uuid.encode(), ctypes.byref(h))
+        limits = _MemoryLimits(os.fsencode(cgroup), soft, hard)
+        self.call("nvmlDeviceSetMemoryLimits_v1", h, ctypes.byref(limits))
 
     def _profile(self, mh: ctypes.c_void_p) -> str:
         buf = ctypes.create_string_buffer(96)

@@ -155,3 +155,13 @@ def _inventory(droot: DriverRoot, entries: tuple[LdcacheEntry, ...],
         mig_monitor_cap=dev.cap_node(droot, f"{dev.PROC_CAPS}/mig/monitor", caps_major),
         mig_minors=mig_minors, imex_channels=dev.imex_channels(droot, imex_major),
         warnings=tuple(warnings), graphics=extra, gated_nodes=gated[0], gated_files=gated[1])
+
+
+def nvml_path(root: str = "/", ldcache: str = "/etc/ld.so.cache") -> str:
+    """Host path of the driver root's libnvidia-ml.so.1 (its ld.so.cache entry, resolved in
+    the root; this machine's ABI)."""
+    droot = DriverRoot(root)
+    arches = MACHINE_ARCHES.get(os.uname().machine)
+    if arches is None:
+        raise DriverError(f"load nvml: unsupported architecture {os.uname().machine}")
+    return _nvml_path(droot, ldcache, _read_cache(droot, ldcache), arches[0])

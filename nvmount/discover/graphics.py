@@ -7,19 +7,23 @@ display capabilities, read from the driver root (first match wins, as its locato
         glvnd/egl_vendor.d/10_nvidia.json, egl/egl_external_platform.d/15_nvidia_gbm.json,
         egl/egl_external_platform.d/10_nvidia_wayland.json, nvidia/nvoptix.bin,
         X11/xorg.conf.d/10-nvidia.conf, X11/xorg.conf.d/nvidia-drm-outputclass.conf
-                                                 -> at the same path in the container
+                                                 -> at the same path in the container, but
+                                                    /usr/local/share -> /usr/share (#1980)
     vulkan/icd.d/nvidia_icd.json, vulkan/icd.d/nvidia_layers.json,
     vulkan/implicit_layer.d/nvidia_layers.json (config dirs, then the driver root itself, as
     on GKE)                                      -> always under /etc in the container
-    OpenCL/vendors/nvidia.icd (/etc)             -> /etc/OpenCL/vendors/nvidia.icd (compute)
+    OpenCL/vendors/nvidia.icd (config dirs)      -> /etc/OpenCL/vendors/nvidia.icd (compute)
     Xorg modules nvidia_drv.so, libglxserver_nvidia.so.<version> (or Debian's unversioned
     name) in nvidia/xorg and xorg/modules/{,updates/}{drivers,extensions} of the driver's
     library directories, then of the standard ones (/usr/lib/<triplet>, /usr/lib64, /usr/lib)
                                                  -> at the same path (display)
-    libnvidia-egl-gbm.so.*.*, libnvidia-egl-wayland.so.*.*, libnvidia-vulkan-producer.so.<v>
-    from the ld.so.cache, else the driver's and the standard library directories (Debian's
-    EGL platform packages install them apart from the driver)
+    libnvidia-egl-gbm.so.*.*, libnvidia-egl-wayland.so.*.*, libnvidia-egl-xcb.so.*.*,
+    libnvidia-egl-xlib.so.*.*, libnvidia-vulkan-producer.so.<v> from the ld.so.cache, else
+    the driver's and the standard library directories (Debian's EGL platform packages
+    install them apart from the driver)
                                                  -> libraries (graphics)
+    nvidia-xconfig (/usr/bin, /usr/sbin, /usr/local/bin, /bin, /sbin; NVIDIA's #1980)
+                                                 -> the binaries' directory (graphics)
     vdpau/libvdpau_nvidia.so.<v> (or next to the driver's libraries, as on Debian)
                                                  -> <libs>/vdpau, libvdpau's module dir (video)
 
@@ -57,9 +61,14 @@ VULKAN = ("vulkan/icd.d/nvidia_icd.json", "vulkan/icd.d/nvidia_layers.json",
           "vulkan/implicit_layer.d/nvidia_layers.json")
 OPENCL = "/etc/OpenCL/vendors/nvidia.icd"
 EXTRA_LIBS = ("libnvidia-egl-gbm.so.*.*", "libnvidia-egl-wayland.so.*.*",
+              # the X11 EGL platforms of newer drivers (NVIDIA's #1980, after 1.20.0)
+              "libnvidia-egl-xcb.so.*.*", "libnvidia-egl-xlib.so.*.*",
               "libnvidia-vulkan-producer.so.{v}")
-EXTRA_PREFIXES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so",
-                  "libnvidia-vulkan-producer.so")
+EXTRA_PREFIXES = ("libnvidia-egl-gbm.so", "libnvidia-egl-wayland.so", "libnvidia-egl-xcb.so",
+                  "libnvidia-egl-xlib.so", "libnvidia-vulkan-producer.so")
+# graphics programs of the driver root's PATH directories, planned with the binaries (#1980)
+EXTRA_BINS = ("nvidia-xconfig",)
+BIN_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin")
 VDPAU = "libvdpau_nvidia.so.{v}"  # the VDPAU driver (video), in <libs>/vdpau
 # Not mounted (a deviation from NVIDIA's CDI spec, which mounts them): the driver's non-GLVND
 # libGL/libEGL/libGLES.so.<version> next to the GLVND ones. Once in the library directory,
@@ -82,13 +91,14 @@ def find_graphics(root: DriverRoot, lib_dirs: tuple[str, ...], nvrm: str,
     for rel in CONFIGS:
         found = _first(root, [f"{d}/{rel}" for d in CONFIG_DIRS])
         if found:
-            out.append(_file(root, found, found, GRAPHICS))
+            out.append(_file(root, found, _standard(found), GRAPHICS))
     for rel in VULKAN:
         found = _first(root, [f"{d}/{rel}" for d in (*CONFIG_DIRS, "")])
         if found:
             out.append(_file(root, found, f"/etc/{rel}", GRAPHICS))
-    if _exists(root, OPENCL):
-        out.append(_file(root, OPENCL, OPENCL, Cap.COMPUTE))
+    opencl = _first(root, [f"{d}/{OPENCL[len('/etc/'):]}" for d in CONFIG_DIRS])
+    if opencl:
+        out.append(_file(root, opencl, OPENCL, Cap.COMPUTE))
     dirs = _lib_dirs(lib_dirs, triplet)
     out += _xorg_modules(root, dirs, nvrm, warnings)
     for pattern in EXTRA_LIBS:
@@ -96,12 +106,24 @@ def find_graphics(root: DriverRoot, lib_dirs: tuple[str, ...], nvrm: str,
         if hit:
             out.append(DriverFile(FileKind.LIBRARY, root.host(hit), hit, GRAPHICS,
                                   _soname(posixpath.basename(hit), nvrm)))
+    for name in EXTRA_BINS:
+        found = _first(root, [f"{d}/{name}" for d in BIN_DIRS])
+        if found:
+            out.append(DriverFile(FileKind.BINARY, root.host(root.resolve(found).path),
+                                  f"/usr/bin/{name}", GRAPHICS))
     vdpau = _library(root, VDPAU.format(v=nvrm), [f"{d}/vdpau" for d in dirs] + dirs, {})
     if vdpau:  # a library in the container's <libs>/vdpau (libvdpau's module directory)
         out.append(DriverFile(FileKind.LIBRARY, root.host(vdpau),
                               f"{posixpath.dirname(vdpau)}/vdpau/{posixpath.basename(vdpau)}",
                               Cap.VIDEO, "libvdpau_nvidia.so.1"))
     return tuple(out)
+
+
+def _standard(path: str) -> str:
+    """The container path of a config file: where the loaders look (/etc and /usr/share stay;
+    /usr/local/share, which no loader searches by default, becomes /usr/share: NVIDIA's #1980)."""
+    local = "/usr/local/share/"
+    return "/usr/share/" + path[len(local):] if path.startswith(local) else path
 
 
 def _lib_dirs(lib_dirs: tuple[str, ...], triplet: str) -> list[str]:

@@ -25,6 +25,7 @@ import posixpath
 import stat
 
 from nvmount.errors import PathError, strerror
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.paths import (
     Created,
     EntryKind,
@@ -205,7 +206,7 @@ class Root(RootDir):
                 pfd = self.mkdir_all(parent, parents, uid, gid)
             try:
                 real_parent = self.real_path(pfd)
-                st = _write_at(pfd, f".nvhook-{os.urandom(8).hex()}" if replace else name,
+                st = _write_as(self, pfd, f".nvhook-{os.urandom(8).hex()}" if replace else name,
                                name, data, mode, uid, gid)
             finally:
                 os.close(pfd)
@@ -228,17 +229,19 @@ class Root(RootDir):
         tmp = f".{name}~nvhook-{os.urandom(6).hex()}"
         try:
             try:
-                ours = _write_at(pfd, tmp, tmp, data, mode, uid, gid).st_ino
+                ours = _write_as(self, pfd, tmp, tmp, data, mode, uid, gid).st_ino
             except OSError as err:
                 raise self._error("write", posixpath.join(parent, tmp), err) from err
             try:
-                self.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_EXCHANGE)
+                create_as_owner(self.libc, (uid, gid), lambda: self.libc.renameat2(
+                    pfd, tmp, pfd, name, _libc.RENAME_EXCHANGE))
                 swapped = True
             except FileNotFoundError:
                 swapped = False
             if not swapped:
                 try:
-                    self.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE)
+                    create_as_owner(self.libc, (uid, gid), lambda: self.libc.renameat2(
+                        pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE))
                 except OSError as err:
                     os.unlink(tmp, dir_fd=pfd)
                     raise self._error("create", path, err) from err
@@ -295,6 +298,15 @@ class Root(RootDir):
         if created:
             self._undo(created)
         return PathError(f"{op} {show(path)} in rootfs {self.host_path}: {cause(err)}")
+
+
+def _write_as(root: Root, pfd: int, tmp: str, name: str, data: bytes, mode: int, uid: int,
+              gid: int) -> os.stat_result:
+    """`_write_at` as uid:gid when not root (`nvmount.fs.owner`): the file is born theirs,
+    so no chown or chmod of another's file is needed (the ld.so.cache stage has neither
+    CAP_CHOWN nor CAP_FOWNER), and it can be made where host root has no id."""
+    return create_as_owner(root.libc, (uid, gid), lambda: _write_at(
+        pfd, tmp, name, data, mode, uid, gid), owner_first=True)
 
 
 def _write_at(pfd: int, tmp: str, name: str, data: bytes, mode: int, uid: int, gid: int

@@ -19,6 +19,7 @@ import posixpath
 import stat
 
 from nvmount.errors import PathError
+from nvmount.fs.owner import create_as_owner  # not lazily: it runs after setns
 from nvmount.fs.paths import (
     MAX_ROOT_WALK_STEPS,
     MAX_SYMLINKS,
@@ -35,7 +36,12 @@ from nvmount.log import get_logger
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
     from nvmount.fs.root import RootDir
+
+    T = TypeVar("T")
 
 log = get_logger(__name__)
 
@@ -140,7 +146,8 @@ class Walker:
 
     def _mkdir(self, cur: int, real: str, comp: str) -> int:
         try:
-            os.mkdir(comp, self.mode & 0o777, dir_fd=cur)  # `_own` corrects umask and setgid
+            self._create(lambda: os.mkdir(comp, self.mode & 0o777, dir_fd=cur))  # `_own`
+            # corrects umask and setgid
         except FileExistsError:  # raced with a creator: look again, never follow blindly
             return os.open(comp, _PATH | os.O_NOFOLLOW, dir_fd=cur)
         fd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=cur)
@@ -220,7 +227,8 @@ class Walker:
 
     def _create_file(self, pfd: int, real: str, name: str, mode: int) -> int:
         flags = os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-        fd = os.open(name, flags, mode & 0o777, dir_fd=pfd)  # `_own` corrects the umask
+        fd = self._create(lambda: os.open(name, flags, mode & 0o777, dir_fd=pfd))  # `_own`
+        # corrects the umask
         try:
             self._own(fd, mode, real, name, EntryKind.FILE)
             self.root.real_path(fd)
@@ -242,7 +250,7 @@ class Walker:
         where = posixpath.join(real, name)
         try:
             if self._born_owned(pfd):
-                os.symlink(link_text, name, dir_fd=pfd)
+                self._create(lambda: os.symlink(link_text, name, dir_fd=pfd))
             else:
                 self._symlink_renamed(pfd, name, link_text, replace=False)
         except FileExistsError:
@@ -274,20 +282,26 @@ class Walker:
             else:
                 raise FileExistsError(name)
         tmp = f".nvhook-{os.urandom(8).hex()}"  # secrets.token_hex(8) without its imports
-        os.symlink(link_text, tmp, dir_fd=pfd)
+        self._create(lambda: os.symlink(link_text, tmp, dir_fd=pfd))
         try:
             st = os.stat(tmp, dir_fd=pfd, follow_symlinks=False)
             if (st.st_uid, st.st_gid) != (self.uid, self.gid):  # not yet the owner's
                 os.chown(tmp, self.uid, self.gid, dir_fd=pfd, follow_symlinks=False)
             if replace:
-                os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+                self._create(lambda: os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd))
             else:
                 from nvmount import _libc
 
-                self.root.libc.renameat2(pfd, tmp, pfd, name, _libc.RENAME_NOREPLACE)
+                self._create(lambda: self.root.libc.renameat2(pfd, tmp, pfd, name,
+                                                              _libc.RENAME_NOREPLACE))
         except BaseException:
             os.unlink(tmp, dir_fd=pfd)
             raise
+
+    def _create(self, create: Callable[[], T]) -> T:
+        """`create()` as host root, or as the owner where the filesystem has no id for host
+        root (an id-mapped rootfs: `nvmount.fs.owner`)."""
+        return create_as_owner(self.root.libc, (self.uid, self.gid), create)
 
     def _born_owned(self, pfd: int) -> bool:
         """Whether an entry made in directory `pfd` is born owned by uid:gid: we are that

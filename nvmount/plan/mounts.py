@@ -151,8 +151,9 @@ def _plan_files(
 ) -> list[tuple[Bind, str]]:
     """Steps 3-5: binaries, libraries and (compat32) 32-bit libraries, flattened."""
     extra = tuple(f for f in inventory.graphics if f.kind == FileKind.LIBRARY)
+    bins = tuple(f for f in inventory.graphics if f.kind == FileKind.BINARY)
     groups: list[tuple[tuple[DriverFile, ...], str, str]] = [
-        (inventory.binaries, layout.bins_dir, "binary"),
+        (inventory.binaries + bins, layout.bins_dir, "binary"),
         (inventory.libraries + extra, layout.libs_dir, "library"),
     ]
     if DriverCapability.COMPAT32 in capabilities:

@@ -57,8 +57,9 @@ def stage(root: Path) -> None:
     _write(root / CONFFILE, default_text())
     _write(root / HOOKS_JSON, hooksd.render(hooksd.hook_document(
         "/usr/bin/nvidia-container-runtime-hook")))
-    for unit in sorted((REPO / "packaging/systemd").glob("*")):
-        _write(root / "lib/systemd/system" / unit.name, unit.read_text())
+    units = REPO / "packaging/systemd"
+    for unit in sorted(p for p in units.rglob("*") if p.is_file()):  # and *.service.d/
+        _write(root / "lib/systemd/system" / unit.relative_to(units), unit.read_text())
     for rule in sorted((REPO / "packaging/udev").glob("*.rules")):
         _write(root / "lib/udev/rules.d" / rule.name, rule.read_text())
     doc = root / "usr/share/doc/nvhook"

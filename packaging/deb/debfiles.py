@@ -67,7 +67,7 @@ Description: {SUMMARY}
 
 
 # The CDI refresh units are enabled where systemd runs (the service does nothing without a
-# driver: ConditionPathExists=/dev/nvidiactl), as dh_installsystemd would; the udev rule
+# driver: its ExecCondition), as dh_installsystemd would; the udev rule
 # (lib/udev/rules.d) starts the same service on module and GPU events.
 UNITS = "nvhook-cdi-refresh.path nvhook-cdi-refresh.service nvhook-cdi-refresh.timer"
 POSTINST = f"""\
@@ -75,6 +75,11 @@ POSTINST = f"""\
 set -e
 if [ "$1" = configure ] && command -v py3compile >/dev/null 2>&1; then
     py3compile -p nvhook
+fi
+# the GPU create's modules in one file (nvhook.launch.pack); without it creates only import slower
+if [ "$1" = configure ]; then
+    /usr/bin/python3 -IS /usr/lib/python3/dist-packages/nvhook/launch/pack.py \
+        /usr/lib/python3/dist-packages >/dev/null 2>&1 || true
 fi
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
@@ -93,6 +98,7 @@ fi
 if command -v py3clean >/dev/null 2>&1; then
     py3clean -p nvhook
 fi
+rm -f /usr/lib/python3/dist-packages/nvhook/create.pack
 for d in /usr/lib/python3/dist-packages/nvhook /usr/lib/python3/dist-packages/nvmount; do
     if [ -d "$d" ]; then
         find "$d" -name __pycache__ -type d -prune -exec rm -rf {{}} +

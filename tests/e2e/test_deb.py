@@ -4,8 +4,8 @@ trixie, 3.13; sid, 3.14 (marked today_engines); with NVHOOK_LONG=1 also Ubuntu 2
 where this machine's apt sources have an Ubuntu archive), and there, with the release's system
 python3 and its python3-prctl and TOML reader (python3-toml on bullseye), `nvhook
 --version`, `config check` (of the default file and of one outside the simple subset), a GPU
-dry run against the simulated driver and `doctor` work. Then `dpkg -r` leaves only the
-conffile and `dpkg -P` nothing.
+dry run against the simulated driver and `doctor` work. Then `dpkg -r` leaves only the conffile
+and `dpkg -P` nothing.
 NVHOOK_DEB_RELEASES="bullseye trixie" picks releases.
 
 The roots come from tests/fixtures/debroot.py (`deps_tarball`): the machine's own Debian mirror,
@@ -119,6 +119,7 @@ def test_package_fields_and_files(deb: Path) -> None:
             "./lib/systemd/system/nvhook-cdi-refresh.service",
             "./lib/systemd/system/nvhook-cdi-refresh.path",
             "./lib/systemd/system/nvhook-cdi-refresh.timer",
+            "./lib/systemd/system/nvhook-cdi-refresh.service.d/10-engines.conf",
             "./lib/udev/rules.d/71-nvhook-cdi-refresh.rules"]:
         assert f" {path}" in listing, path
     assert "__pycache__" not in listing and ".pyc" not in listing

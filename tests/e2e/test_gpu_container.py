@@ -8,6 +8,8 @@ library dirs, ldconfig -p, the procfs view and `nvidia-smi -L`; probes are cache
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -239,6 +241,30 @@ def test_manual_prestart_against_created_container(gpu: GpuRig, runc_default: Ru
         out, err = ctr.start_and_wait()
     assert gpu.sim.gpus[4].uuid in out, out + err
     assert "nvidia4" in out.split() and "nvidia0" not in out.split()
+
+
+@pytest.mark.userns
+@pytest.mark.parametrize("state_from", ["runc-state", "bundle-only"])
+def test_manual_prestart_from_another_directory(gpu: GpuRig, runc_default: Runc,
+                                                tmp_path: Path, state_from: str) -> None:
+    """`runc state ID | nvhook prestart` from a directory that is not the bundle (root.path is
+    the relative "rootfs"): runc's state names the rootfs; a state with only the bundle gets
+    root.path relative to the bundle and one line saying so (issue 28; it was `open rootfs
+    <cwd>/rootfs: no such file or directory`)."""
+    bundle = gpu.baseline.bundle(["/bin/sh", "-c", "nvidia-smi -L"],
+                                 env=["NVIDIA_VISIBLE_DEVICES=4"])
+    with created_container(bundle, runc_default, tag="bystate") as ctr:
+        state = json.loads(subprocess.run(runc_default.argv("state", ctr.container_id),
+                                          capture_output=True, text=True, check=True).stdout)
+        assert state["rootfs"] == str(bundle / "rootfs")
+        if state_from == "bundle-only":
+            state = {"pid": state["pid"], "bundle": state["bundle"]}
+        hook = gpu.run_hook(state, tmp_path)
+        assert hook.returncode == 0, hook.stderr
+        out, err = ctr.start_and_wait()
+    assert gpu.sim.gpus[4].uuid in out, out + err
+    said = f"relative to the bundle {bundle}, not to the working directory {tmp_path}"
+    assert (said in hook.stderr) == (state_from == "bundle-only"), hook.stderr
 
 
 def test_manual_prestart_gives_a_pivoted_container_its_proc_driver(

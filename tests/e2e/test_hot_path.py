@@ -92,6 +92,8 @@ def test_gpu_container_start_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tm
     assert not modules & FORBIDDEN, sorted(modules & FORBIDDEN)
     assert "nvmount.discover.nvml_worker" not in modules  # the inventory came from the cache
     assert "nvmount.ldcache.sandbox" not in modules  # the cache was written, not ldconfig run
+    # a cgroupfs path (runc's default driver): no systemd registration, no D-Bus, no socket
+    assert not {m for m in modules if m.startswith("nvmount.systemd")} | (modules & {"socket"})
     assert not dataclasses
 
 

@@ -160,7 +160,9 @@ def test_cdi_paths_are_the_legacy_plans(real_roots: dict[str, RealRoot], layout:
     what its hook writes, equal the legacy plan's for every device and `all`, for an image of
     the layout the spec was made for (a spec cannot know the image; tests/unit/test_cdi.py
     does the same on the simulated driver's variants)."""
+    from nvhook.cdi.generate import spec_layout
     from nvhook.config.load import load_config
+    from nvmount.capabilities import DriverCapability as Cap
     from tests.unit.test_cdi import (
         image_like,
         legacy_plan,
@@ -181,6 +183,13 @@ def test_cdi_paths_are_the_legacy_plans(real_roots: dict[str, RealRoot], layout:
         assert ours == plan_paths(legacy), (layout, name, sorted(ours ^ plan_paths(legacy)))
         assert hook.ldconfig_dirs == legacy.ldconfig_dirs, name
         assert hook.ldcache_entries == legacy.ldcache_entries, name
+    # the requests' capabilities are `all` (compat32 among them), not compute,utility: the
+    # 32-bit links are compared too (issue 31)
+    assert Cap.COMPAT32 in config.supported_driver_capabilities
+    libs32 = spec_layout(config.cli.root or "/").libs32_dir
+    links32 = {p for p in ours if p[0] == "link" and p[1].startswith(libs32 + "/")}
+    assert ("link", f"{libs32}/libcuda.so.1", f"libcuda.so.{real_roots[layout].version}") \
+        in links32 and len(links32) == 17, sorted(links32)
 
 
 def test_nvml_child_cannot_mknod(tmp_path: Path) -> None:
@@ -252,3 +261,61 @@ def test_files_beyond_the_legacy_stack_are_in_nvidias_cdi_spec(
     beyond = {posixpath.basename(x[6:]) for x in got
               if x.startswith("mount ") and x not in legacy and not x.startswith("mount /dev/")}
     assert beyond and beyond - {"nvidia.icd"} <= cdi, sorted(beyond - cdi)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cdi_container_is_the_legacy_container(rigs: dict, real_roots: dict[str, RealRoot],
+                                               layout: str, hook_launcher: Path) -> None:
+    """Issue 31 (compat32 under CDI): a runc container given the `all` device of
+    `nvhook cdi generate`'s spec (its edits applied as the runtime wrapper applies them, its
+    one hook the installed launcher) has the mounts, links, nodes, `ldconfig -p` and
+    `ld.so --list` of the legacy hook's container for NVIDIA_DRIVER_CAPABILITIES=all: the
+    32-bit libraries and their links included, in an image of the layout the spec was made
+    for (a spec cannot know the image: Debian's multiarch image for the Debian and flat roots,
+    a /usr/lib64 image for the lib64 root)."""
+    from nvhook.cdi.generate import GenerateOptions, generate_spec, spec_layout
+    from nvhook.cdi.resolve import apply_edits
+    from nvhook.config.load import load_config
+    from nvhook.dev.demo.rootfs import RootfsFlavor
+
+    root = real_roots[layout]
+    gpu, base = rigs[(layout, "write")]
+    flavor = RootfsFlavor.NON_DEBIAN if layout == "lib64" else RootfsFlavor.GLIBC
+    config = load_config(str(root.config), {})
+    spec = generate_spec(config, GenerateOptions(hook_path=str(hook_launcher)))
+    (device,) = [d for d in spec["devices"] if d["name"] == "all"]
+
+    def edit(doc: dict) -> None:
+        apply_edits(doc, spec["containerEdits"], "spec")
+        apply_edits(doc, device["containerEdits"], "all")
+
+    cdi = ContainerFactory(gpu.workdir.parent / "cdi", gpu.rootfs, gpu.runc, base.prestart,
+                           tag="real")
+    baseline = _raw(base, (), flavor, None)
+    got = _lines(_raw(cdi, (), flavor, edit), baseline, root)
+    want = _lines(_raw(gpu, env_for("all"), flavor, None), baseline, root)
+    nodes = ("mount /dev/",)  # the runtime creates the spec's nodes; the hook binds them
+    want = [x for x in want if not x.startswith(nodes)]
+    got = [x for x in got if not x.startswith(nodes)]
+    assert (sorted(set(want) - set(got)), sorted(set(got) - set(want))) == ([], [])
+    libs32 = spec_layout(str(root.path)).libs32_dir
+    assert f"link {libs32}/libcuda.so.1 -> libcuda.so.<V>" in got
+    assert len([x for x in got if x.startswith(f"link {libs32}/lib")]) == 17, got
+
+
+def _raw(factory: ContainerFactory, env: tuple[str, ...], flavor: object,
+         edit: object) -> dict[str, set[str]]:
+    from tests.fixtures.containers import Probe
+    from tests.fixtures.realdriver_observe import _ADDR, PROBE
+
+    p = Probe.parse(factory.sh(PROBE, env=env, timeout=120, flavor=flavor, edit_spec=edit))
+    return {"mount": p.mount_targets(), "link": set(p["links"]), "dev": set(p["dev"]),
+            "ldconfig": {x.strip() for x in p["ldconfig"] if "=>" in x},
+            "ldso": {" ".join(_ADDR.sub("", x).split()) for x in p["ldso"] if "=>" in x}}
+
+
+def _lines(got: dict[str, set[str]], baseline: dict[str, set[str]], root: RealRoot) -> list[str]:
+    lines = [f"mount {t}" for t in got["mount"] - baseline["mount"]]
+    lines += [f"link {x}" for x in got["link"] - baseline["link"]]
+    lines += [f"{k} {x}" for k in ("dev", "ldconfig", "ldso") for x in got[k]]
+    return sorted(x.replace(root.version, "<V>") for x in lines)

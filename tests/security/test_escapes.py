@@ -154,8 +154,8 @@ def test_f17_device_cgroup_allows_only_the_requested_gpu(rig: AttackRig,
                                                          oracle: HostOracle) -> None:
     """F17 / CVE-2021-1056: GPU 0 requested; mknod'ed 195:1..7 are denied (EPERM), 195:0 is
     allowed (ENXIO: no driver). The rules name single minors (no `c 195:* rw`, no `a`).
-    The systemd half of F17 (daemon-reload rewriting the cgroup) needs systemd as the cgroup
-    manager and is documented in tests/security/README.md."""
+    The systemd half of F17 (daemon-reload rewriting the cgroup) is
+    tests/e2e/test_systemd_reload.py (tests/security/README.md)."""
     out = rig.start(PROBE + "; " + F17_SCRIPT, gpus="0")
     out.assert_contained()
     assert out.ok, out.describe()

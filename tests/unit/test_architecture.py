@@ -42,7 +42,7 @@ ENGINE_DOOR = ("nvmount.api", "nvmount.errors", "nvmount.fs", "nvmount.log", "nv
 # nvmount's stages in data-flow order (a tuple: one stage of several modules); every other
 # nvmount module is a base module, below all stages
 STAGES = ("nvmount.discover", "nvmount.plan", "nvmount.container", "nvmount.apply",
-          "nvmount.cgroup", "nvmount.ldcache",
+          "nvmount.cgroup", "nvmount.ldcache", "nvmount.systemd",
           ("nvmount.requests", "nvmount.effects", "nvmount.pipeline"), "nvmount.api")
 ASSERTING_HELPERS = ("assert", "check", "expect", "survive", "scenario", "verify", "_assert",
                      "_check", "_expect")

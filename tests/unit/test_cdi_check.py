@@ -77,7 +77,7 @@ def test_foreign_spec_with_a_vanished_gpu(sim_root_factory: SimRootFactory, tmp_
     os.unlink(Path(sim.path) / "dev" / "nvidia1")
     proc = cdi(sim, "check", "--spec", str(spec))
     assert proc.returncode == 1
-    assert "names what this host no longer has: device nvidia.com/gpu=1: " in proc.stdout
+    assert "does not match this host: device nvidia.com/gpu=1: " in proc.stdout
     assert "(written by nvidia-ctk" in proc.stdout and "stale" not in proc.stdout
 
 

@@ -185,3 +185,17 @@ def test_type_confused_config_json_gives_a_wrapper_error(doc: dict[str, Any]) ->
         apply_edits(doc, EDITS, "spec")
     except WrapperError as err:
         assert "\n" not in str(err)
+
+
+def test_memory_limit_arguments_round_trip() -> None:
+    """Issue 31: `--memory-limits` and the full GPUs' `--device-uuid` (only with it)."""
+    h = inputs()
+    h.devices["0"].uuid = "GPU-c90b723b-a04c-5d91-a664-820ece72acc2"
+    assert not any(a.startswith("--device-uuid") for a in render(h))  # the setting is off
+    h.memory_limits = True
+    args = render(h)
+    assert "--memory-limits" in args
+    assert "--device-uuid=0=GPU-c90b723b-a04c-5d91-a664-820ece72acc2" in args
+    assert parse(args) == h
+    with pytest.raises(CdiError, match="not a GPU UUID"):
+        parse(["--device=0=/dev/nvidia0:195:0", "--device-uuid=0=GPU/../x"])

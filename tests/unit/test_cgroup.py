@@ -161,11 +161,11 @@ def test_unescape_mountinfo(raw: str, want: str) -> None:
     assert unescape_mountinfo(raw) == want
 
 
-@pytest.mark.parametrize(("no_cgroups", "in_userns", "want"), [
+@pytest.mark.parametrize(("no_cgroups", "hook_in_userns", "want"), [
     (False, False, None), (True, False, "no-cgroups"), (False, True, "user namespace"),
     (True, True, "no-cgroups")], ids=["update", "config", "userns", "both"])
-def test_should_skip_cgroups(no_cgroups: bool, in_userns: bool, want: str | None) -> None:
-    reason = should_skip_cgroups(no_cgroups, in_userns)
+def test_should_skip_cgroups(no_cgroups: bool, hook_in_userns: bool, want: str | None) -> None:
+    reason = should_skip_cgroups(no_cgroups, hook_in_userns)
     assert (reason is None) if want is None else (want in (reason or ""))
 
 

@@ -135,7 +135,9 @@ def test_sample_bundle_from_its_directory(hook: Hook) -> None:
     assert result["request"]["requirements"] == ["cuda>=12.4 brand=tesla,driver>=470,driver<471"]
 
 
-def test_relative_root_resolves_against_the_hook_cwd(hook: Hook) -> None:
+def test_relative_root_resolves_against_the_bundle(hook: Hook) -> None:
+    """Relative to the bundle (the runtime-spec; runc and crun start hooks there, where
+    NVIDIA's working-directory rule gives the same), one line saying so from elsewhere."""
     bundle = hook.bundle(GPU_ENV, root={"path": "../elsewhere/./rootfs"})
     # the configs are in hook.tmp too: named by --config (from NVIDIA_CTK_CONFIG_FILE_PATH, a
     # config inside the hook's starting directory is refused)
@@ -144,7 +146,10 @@ def test_relative_root_resolves_against_the_hook_cwd(hook: Hook) -> None:
     assert proc.returncode == 0, proc.stderr
     container = json.loads(proc.stdout)["container"]
     assert container == {"pid": 0, "bundle": str(bundle),
-                         "rootfs": str(hook.tmp.parent / "elsewhere" / "rootfs")}
+                         "rootfs": str(bundle.parent / "elsewhere" / "rootfs")}
+    assert (f"root.path '../elsewhere/./rootfs' of {bundle}/config.json is relative: taken "
+            f"relative to the bundle {bundle}, not to the working directory {hook.tmp}"
+            ) in proc.stderr
 
 
 @pytest.mark.parametrize("command", ["poststart", "poststop"])
@@ -330,10 +335,11 @@ def test_missing_driver_root_is_one_line_with_its_fix(hook: Hook) -> None:
     line = (f"no NVIDIA driver: the driver root {gone} does not exist or is not a directory "
             "(install the NVIDIA driver, or set nvidia-container-cli.root to the directory it "
             "is installed in)\n")
-    state = {"pid": 4242, "bundle": str(hook.bundle(["NVIDIA_VISIBLE_DEVICES=0"]))}
+    bundle = hook.bundle(["NVIDIA_VISIBLE_DEVICES=0"])
+    state = {"pid": 4242, "bundle": str(bundle)}
     for args, rc in ((["prestart"], 1), (["prestart", "--dry-run"], 0), (["info"], 1),
                      (["list"], 1)):
-        proc = hook.run(["--config", str(config), *args], state)
+        proc = hook.run(["--config", str(config), *args], state, cwd=bundle)  # as runc does
         assert (proc.returncode, proc.stderr) == (rc, line), args
 
 

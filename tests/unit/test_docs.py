@@ -50,6 +50,9 @@ DEVIATION_TABLE = re.compile(r"^\| deviation \| what nvhook does \| why \|$", re
 # one that goes missing or is renamed without the code that implements it being looked at)
 DEVIATIONS = {
     "hook.md": (
+    'The container from the state',
+    'User namespaces: who creates, who owns',
+    'Device cgroup and user namespaces',
     'Repeated device ids',
     'Requirement order',
     'Config file lookup',
@@ -124,3 +127,11 @@ def test_every_deviation_is_documented_with_what_and_why(page: str) -> None:
     assert sorted(rows) == sorted(DEVIATIONS[page])
     for topic, (what, why) in rows.items():
         assert len(what) > 10 and len(why) > 10, (page, topic)
+
+
+def test_the_layout_tables_are_the_tree() -> None:
+    """docs/architecture.md's layout is drawn from the tree: every package and module, with
+    the first sentence of its docstring (`python -m tests.fixtures.layout --write` redraws)."""
+    from tests.fixtures.layout import current, draw
+
+    assert current() == draw(), "run: python -m tests.fixtures.layout --write"

@@ -138,14 +138,16 @@ def _fake_host(tmp_path: Path, mountinfo: str, init: str = "systemd") -> HostPat
                      var_lib=str(tmp_path / "var/lib"), path=str(tmp_path / "bin"))
 
 
-def test_systemd_driver_on_cgroup_v1_warns(tmp_path: Path) -> None:
+def test_systemd_driver_on_cgroup_v1_is_registered(tmp_path: Path) -> None:
+    """Issue 30: the hook registers its rules with the scope (DeviceAllow=), on v1 as on v2,
+    so a systemd cgroup driver is no longer a warning."""
     paths = _fake_host(tmp_path, V1_MOUNTINFO)
     assert host.check_cgroups(paths).level == "ok"
     (tmp_path / "etc/containerd/conf.d").mkdir(parents=True)
     (tmp_path / "etc/containerd/conf.d/10.toml").write_text("    SystemdCgroup = true\n")
     finding = host.check_cgroups(paths)
-    assert finding.level == "warn" and "systemd cgroup driver: containerd" in finding.message
-    assert "runtime-mode" in finding.fix
+    assert finding.level == "ok" and "systemd cgroup driver: containerd" in finding.message
+    assert "DeviceAllow=" in finding.message
 
 
 def test_systemd_driver_on_cgroup_v2_is_fine(tmp_path: Path) -> None:

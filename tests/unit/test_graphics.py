@@ -111,3 +111,48 @@ def test_dri_nodes_need_sysfs_and_major_226(tmp_path: Path) -> None:
     nodes = dri_nodes(DriverRoot(str(tmp_path)), str(tmp_path / "sys"), "00000000:47:00.0")
     assert [(n.container_path, n.major, n.minor) for n in nodes] == [("/dev/dri/card3", 226, 3)]
     assert dri_nodes(DriverRoot(str(tmp_path)), str(tmp_path / "nosys"), "00000000:47:00.0") == ()
+
+
+def test_x11_egl_platforms_and_nvidia_xconfig(sim_root_factory: SimRootFactory) -> None:
+    """NVIDIA's #1980 (after 1.20.0): the EGL xcb/xlib platform libraries and nvidia-xconfig
+    for graphics, none of them for compute."""
+    sim = sim_root_factory(SimSpec(gpus=1), private=True)
+    root = Path(sim.path)
+    libs = root / "usr/lib/x86_64-linux-gnu"
+    for name in ("libnvidia-egl-xcb.so.1.0.1", "libnvidia-egl-xlib.so.1.0.1"):
+        (libs / name).write_bytes(b"\x7fELF")
+    xconfig = root / "usr/bin/nvidia-xconfig"
+    xconfig.write_bytes(b"#!/bin/sh\n")
+    xconfig.chmod(0o755)
+    ours = _paths(_plan(sim, ("0",), Cap.GRAPHICS | Cap.UTILITY))
+    assert {("mount", "/usr/bin/nvidia-xconfig"),
+            ("mount", "/usr/lib/x86_64-linux-gnu/libnvidia-egl-xcb.so.1.0.1"),
+            ("mount", "/usr/lib/x86_64-linux-gnu/libnvidia-egl-xlib.so.1.0.1"),
+            ("link", "/usr/lib/x86_64-linux-gnu/libnvidia-egl-xcb.so.1")} <= ours
+    compute = _paths(_plan(sim, ("0",), Cap.COMPUTE | Cap.UTILITY))
+    assert not any("nvidia-xconfig" in p or "egl-x" in p for _, p in compute)
+
+
+def test_configs_from_usr_local_share_go_where_the_loaders_look(
+        sim_root_factory: SimRootFactory) -> None:
+    """NVIDIA's #1980: a vendor file installed under /usr/local/share (searched by no loader in
+    the container) is mounted under /usr/share; /etc and /usr/share keep their paths; the
+    OpenCL vendor file is found in any config directory and goes to /etc."""
+    sim = sim_root_factory(SimSpec(gpus=1), private=True)
+    root = Path(sim.path)
+    for rel in ("glvnd/egl_vendor.d/10_nvidia.json", "X11/xorg.conf.d/10-nvidia.conf"):
+        for d in ("etc", "usr/share", "usr/local/share"):
+            if (root / d / rel).exists():
+                (root / d / rel).unlink()
+    local = root / "usr/local/share"
+    for rel in ("glvnd/egl_vendor.d/10_nvidia.json", "OpenCL/vendors/nvidia.icd"):
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_text("{}\n")
+    (root / "etc/OpenCL/vendors/nvidia.icd").unlink(missing_ok=True)
+    (root / "etc/X11/xorg.conf.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/X11/xorg.conf.d/10-nvidia.conf").write_text("# x\n")
+    ours = _paths(_plan(sim, ("0",), Cap.all()))
+    assert ("mount", "/usr/share/glvnd/egl_vendor.d/10_nvidia.json") in ours
+    assert ("mount", "/etc/X11/xorg.conf.d/10-nvidia.conf") in ours
+    assert ("mount", "/etc/OpenCL/vendors/nvidia.icd") in ours
+    assert not any(p.startswith("/usr/local/share") for _, p in ours)

@@ -44,6 +44,28 @@ def test_missing_uvm_nodes_are_created(sim: SimRoot) -> None:
     assert _node(dev / "nvidia-uvm-tools") == (uvm, 1, 0o666)
     assert {p.name: _node(p) for p in (dev / "nvidiactl", dev / "nvidia0")} == before
     assert ensure_nodes(sim.path, sim.proc_root) == []  # nothing missing: nothing made
+    # the udev-style links systemd and NVIDIA's create-dev-char-symlinks use, for what was made
+    assert os.readlink(dev / "char" / f"{uvm}:0") == "../nvidia-uvm"
+    assert os.readlink(dev / "char" / f"{uvm}:1") == "../nvidia-uvm-tools"
+    assert os.stat(dev / "char" / f"{uvm}:1").st_rdev == os.makedev(uvm, 1)  # through it
+
+
+def test_char_links_leave_existing_entries(sim: SimRoot) -> None:
+    """An entry already in /dev/char (udev's, or anything) stays as it was; links are made
+    only for nodes nvhook made, never for the driver's own."""
+    dev = Path(sim.path) / "dev"
+    uvm = dict(sim.majors)["nvidia-uvm"]
+    (dev / "nvidia-uvm").unlink()
+    (dev / "nvidia-uvm-tools").unlink()
+    (dev / "char").mkdir(exist_ok=True)
+    for minor in (0, 1):
+        (dev / "char" / f"{uvm}:{minor}").unlink(missing_ok=True)
+    (dev / "char" / f"{uvm}:0").symlink_to("/elsewhere")
+    others = {p.name: os.readlink(p) for p in (dev / "char").iterdir()}
+    assert ensure_nodes(sim.path, sim.proc_root) == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert os.readlink(dev / "char" / f"{uvm}:1") == "../nvidia-uvm-tools"
+    after = {p.name: os.readlink(p) for p in (dev / "char").iterdir()}
+    assert after == {**others, f"{uvm}:1": "../nvidia-uvm-tools"}  # /elsewhere stays
 
 
 def test_existing_entries_are_left_alone(sim: SimRoot) -> None:
@@ -62,6 +84,8 @@ def test_imex_channels_on_request_unless_disabled(sim: SimRoot) -> None:
     assert ensure_nodes(sim.path, sim.proc_root, (3, 5000)) == [
         "/dev/nvidia-caps-imex-channels/channel3"]  # 5000: beyond the driver's channels
     assert _node(imex / "channel3") == (major, 3, 0o666)
+    assert os.readlink(imex.parent / "char" / f"{major}:3") == \
+        "../nvidia-caps-imex-channels/channel3"
 
 
 HOST_DEVICES = "Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n\nBlock devices:\n  7 loop\n"
@@ -86,7 +110,7 @@ def test_no_node_from_a_major_the_kernel_does_not_list(tmp_path: Path, listed: s
     assert ("nvidia-frontend" in majors) == ("195" in listed)
     assert ensure_nodes(str(tmp_path), str(tmp_path / "proc"), (1,)) == [f"/dev/{n}"
                                                                         for n in made]
-    assert sorted(os.listdir(tmp_path / "dev")) == sorted(made)
+    assert sorted(os.listdir(tmp_path / "dev")) == sorted(made + ["char"] * bool(made))
 
 
 def test_no_modprobe_for_a_simulated_root(sim: SimRoot) -> None:
@@ -123,3 +147,23 @@ def test_the_driver_params_decide_owner_mode_and_whether(sim: SimRoot) -> None:
     params.write_text(text.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"))
     assert ensure_nodes(sim.path, sim.proc_root) == []  # the driver manages its nodes itself
     assert not (Path(sim.path) / "dev" / "nvidia-uvm").exists()
+
+
+def test_gpu_nodes_the_driver_lists(sim: SimRoot) -> None:
+    """The refresh's `ensure_gpu_nodes` (issue 31): /dev/nvidiaN for the minors asked, with the
+    driver's major and the params' mode; an existing entry of any type left alone; nothing
+    with `ModifyDeviceFiles: 0`; no minor outside 0-254."""
+    from nvmount.apply.host_nodes import ensure_gpu_nodes
+
+    dev = Path(sim.path) / "dev"
+    (dev / "nvidia1").unlink()
+    (dev / "nvidia2").unlink()
+    (dev / "nvidia2").write_text("not a node")
+    assert ensure_gpu_nodes(sim.path, sim.proc_root, [0, 1, 2, 255, -1]) == ["/dev/nvidia1"]
+    assert _node(dev / "nvidia1") == (195, 1, 0o666)
+    assert (dev / "nvidia2").read_text() == "not a node"
+    (dev / "nvidia1").unlink()
+    params = Path(sim.proc_root) / "driver/nvidia/params"
+    params.write_text(params.read_text().replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"))
+    assert ensure_gpu_nodes(sim.path, sim.proc_root, [1]) == []
+    assert not (dev / "nvidia1").exists()

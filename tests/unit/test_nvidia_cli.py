@@ -442,3 +442,23 @@ def test_dev_char_symlinks(sim_root: SimRoot, tmp_path: Path,
     assert ctk([*argv, "--create-all", "--dry-run"], environ={}) == 0
     err = capsys.readouterr().err
     assert f"{char}/195:254 => {sim_root.path}/dev/nvidia-modeset" in err
+
+
+@pytest.mark.parametrize(("old", "value", "want"), [
+    ("/run/nvidia/driver", "/run/nvidia/driver-backup/lib/libcuda.so", None),  # #1955
+    ("/run/nvidia/driver", "/run/nvidia/driverx", None),
+    ("/run/nvidia/driver", "/run/nvidia/driver/lib/libcuda.so", "/host/lib/libcuda.so"),
+    ("/run/nvidia/driver/", "/run/nvidia/driver/lib/libcuda.so", "/host/lib/libcuda.so"),
+    ("/run/nvidia/driver/", "/run/nvidia/driver", "/host"),
+    ("/run/nvidia/driver", "/run/nvidia/driver", "/host"),
+    ("/", "/usr/lib/libcuda.so", "/host/usr/lib/libcuda.so"),
+])
+def test_cdi_transform_root_at_a_component_boundary(old: str, value: str,
+                                                    want: str | None) -> None:
+    """NVIDIA's #1955 (after 1.20.0): the root matches whole path components only."""
+    from nvhook.compat.nvctk import cdi
+
+    spec = {"devices": [], "containerEdits": {"mounts": [
+        {"hostPath": value, "containerPath": "/c"}]}}
+    cdi.transform_root(spec, old, "/host", "host")
+    assert spec["containerEdits"]["mounts"][0]["hostPath"] == (want or value)

@@ -44,7 +44,8 @@ STATE_IDS = [
 
 @pytest.mark.parametrize(("data", "pid", "bundle"), STATES, ids=STATE_IDS)
 def test_load_state(tmp_path: Path, data: bytes, pid: int, bundle: str) -> None:
-    assert _state(tmp_path, data) == oci.State(pid=pid, bundle=bundle)
+    state = _state(tmp_path, data)
+    assert (state.pid, state.bundle) == (pid, bundle)
 
 
 BAD_STATES = [

@@ -139,7 +139,12 @@ def test_cdi_refresh_units() -> None:
     service = (REPO / "packaging/systemd/nvhook-cdi-refresh.service").read_text()
     assert ("ExecStart=/usr/bin/nvhook cdi refresh --output /var/run/cdi/nvidia.yaml --wait 120"
             in service)
-    assert "ConditionPathExists=/dev/nvidiactl" in service and "Type=oneshot" in service
+    # issue 31 / toolkit #1979: the service runs without /dev/nvidiactl (it makes the nodes),
+    # only where a driver is loaded or installed (Debian's nvidia-current.ko too)
+    assert "ConditionPathExists=/dev/nvidiactl" not in service and "Type=oneshot" in service
+    assert "test -d /proc/driver/nvidia || grep -qE \"/nvidia(-current)?[.]ko\"" in service
+    dropin = (REPO / "packaging/systemd/nvhook-cdi-refresh.service.d/10-engines.conf")
+    assert "Before=docker.service containerd.service crio.service" in dropin.read_text()  # #2019
     timer = (REPO / "packaging/systemd/nvhook-cdi-refresh.timer").read_text()
     assert "OnUnitActiveSec=1min" in timer and "Unit=nvhook-cdi-refresh.service" in timer
     rules = (REPO / "packaging/udev/71-nvhook-cdi-refresh.rules").read_text().splitlines()
@@ -147,6 +152,7 @@ def test_cdi_refresh_units() -> None:
     assert len(rules) == 2 and all(r.endswith(
         'RUN+="/bin/systemctl --no-block start nvhook-cdi-refresh.service"') for r in rules)
     assert 'SUBSYSTEM=="module", KERNEL=="nvidia|nvidia_uvm' in rules[0]  # module reload
+    assert "|nvidia_current|" in rules[0]  # Debian's module name
     assert 'ENV{PCI_ID}=="10DE:*"' in rules[1] and "bind|unbind" in rules[1]  # hot-plug
     assert "/var/run/cdi" in config_from_document({}, None).runtime.modes_cdi_spec_dirs
     path = (REPO / "packaging/systemd/nvhook-cdi-refresh.path").read_text()
@@ -155,6 +161,7 @@ def test_cdi_refresh_units() -> None:
     if subprocess.run(["which", "systemd-analyze"], capture_output=True).returncode == 0:
         proc = subprocess.run(["systemd-analyze", "verify", "--man=no",
                                str(REPO / "packaging/systemd/nvhook-cdi-refresh.path"),
-                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.timer")],
+                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.timer"),
+                               str(REPO / "packaging/systemd/nvhook-cdi-refresh.service")],
                               capture_output=True, text=True, check=False, timeout=60)
         assert "Unknown" not in proc.stderr and "syntax" not in proc.stderr, proc.stderr

@@ -101,12 +101,9 @@ def check_cgroups(paths: HostPaths) -> Finding:
     init = _text(os.path.join(paths.proc, "1/comm")).strip()
     users = systemd_cgroup_users(paths) if init == "systemd" else []
     text = f"cgroup {mode}, init {init or '?'}" + (
-        f", systemd cgroup driver: {', '.join(users)}" if users else "")
-    if mode != "v2" and users:
-        return Finding("cgroups", "warn", text + ": `systemctl daemon-reload` rewrites the v1 "
-                       "device rules and GPU containers lose their GPUs (NVIDIA issue 48)",
-                       "set [nvhook] runtime-mode = \"spec\" (the device rules go into the "
-                       "spec, which systemd keeps), use CDI, or boot with cgroup v2")
+        f", systemd cgroup driver: {', '.join(users)} (the hook registers its device rules "
+        "with each container's scope, DeviceAllow=, so `systemctl daemon-reload` keeps "
+        "them: docs/systemd-reload.md)" if users else "")
     return Finding("cgroups", "ok", text)
 
 

@@ -9,6 +9,7 @@ and dispatch: `nvhook.compat.cdihook.nvidia_cdi_hook`). Stage: apply.
                                               image's compat libcuda should win (cudacompat)
     disable-device-node-modification          ModifyDeviceFiles: 0 in the params view (params)
     update-application-profile                EGLVisibleDGPUDevices for the container's GPUs
+    apply-cuda-memory-limits --gpu-id UUID    NVML's per-cgroup CUDA memory limits (memlimits)
     chmod --mode M --path P ...               (deprecated) chmod inside the rootfs
 
 Optional targets (the application profile, the compat conf file, params) that cannot be
@@ -246,6 +247,20 @@ def disable_device_node_modification(run: HookRun, p: Parsed) -> None:
         run.in_root(target, act, mounts=True)
     except (OSError, NvmountError) as err:
         _optional(run, f"show ModifyDeviceFiles: 0 in {params.PARAMS}", err)
+
+
+# -- apply-cuda-memory-limits (NVIDIA's #1995/#2075, expected in 1.21) -----------------------
+def apply_cuda_memory_limits(run: HookRun, p: Parsed) -> None:
+    from nvhook.compat.cdihook import memlimits
+
+    uuids = p.strings("gpu-id")
+    if any(not u.strip() for u in uuids):
+        raise HookError("apply-cuda-memory-limits: gpu-id must not be empty")
+    target = run.target(p)
+    done = memlimits.apply(memlimits.env_of(target.config), target.host_pid,
+                           p.string("driver-root"), uuids)
+    if done:
+        run.log.debug(done)
 
 
 # -- update-application-profile --------------------------------------------------------------

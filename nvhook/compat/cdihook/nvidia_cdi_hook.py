@@ -6,7 +6,8 @@ package and `nvhook install`; `nvidia-ctk hook ...` comes here too.
     nvidia-ctk [--debug] [--quiet] [--config PATH] hook HOOK [FLAGS]
 
 Hooks: create-symlinks, update-ldcache, enable-cuda-compat,
-disable-device-node-modification, update-application-profile, chmod (deprecated), noop.
+disable-device-node-modification, update-application-profile, apply-cuda-memory-limits
+(NVIDIA's, expected in 1.21: `nvhook.compat.cdihook.memlimits`), chmod (deprecated), noop.
 As NVIDIA's: an unknown hook (one a newer or older spec names) logs `Unsupported CDI hook:
 NAME` and exits 0, no hook at all `No CDI hook specified`; an unknown flag of a known hook
 is an error (exit 1); errors are one logrus-style line (`level=error msg=...`), exit 1.
@@ -58,6 +59,11 @@ HOOKS: dict[str, tuple[tuple[Flag, ...], str, str]] = {
     "update-application-profile": (
         (_SPEC,), "update_application_profile",
         "EGLVisibleDGPUDevices restricted to the container's GPUs"),
+    "apply-cuda-memory-limits": ((
+        Flag("driver-root", help="the driver root (its libnvidia-ml.so.1)"),
+        Flag("gpu-id", SLICE, help="the UUID of a GPU to limit"), _SPEC),
+        "apply_cuda_memory_limits",
+        "Set the soft and hard limits of CUDA memory usage on a GPU device in the container."),
     "noop": ((), "", "performs no actions"),
 }
 GLOBAL_FLAGS = (

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar
 
+    from nvhook.hook.oci import State
     from nvmount.api import Libc
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root
@@ -96,9 +97,9 @@ def locate(state_bytes: bytes, cwd: str | None, libc: Callable[[], Libc]) -> Tar
     from nvhook.hook.oci import load_state
 
     state = load_state(state_bytes)
-    if not state.bundle:
+    if not state.bundle and not state.root:
         raise StateError("failed to load container state: no bundle in the OCI state")
-    rootfs, doc = container_root(state.bundle, cwd)
+    rootfs, doc = state_root(state, cwd) if state.root else container_root(state.bundle, cwd)
     self_host = _host_pid_of_self()
     if self_host != os.getpid() or state.pid in _ancestors(self_host):
         ns_rootfs = rootfs if os.path.isdir(rootfs) else "/"  # "/": after pivot_root
@@ -110,6 +111,20 @@ def locate(state_bytes: bytes, cwd: str | None, libc: Callable[[], Libc]) -> Tar
     with open_container(state.pid, rootfs, no_cgroups=True, libc=libc()) as handle:
         return Target(rootfs, handle.ns_rootfs, os.dup(handle.mntns_fd), False,
                       (handle.uid, handle.gid), state.pid, state_pid=state.pid, config=doc)
+
+
+def state_root(state: State, cwd: str | None) -> tuple[str, object]:
+    """(the rootfs the state names (crun's `root`: NVIDIA's #1971, the intermediate mount
+    point of a container in a user namespace), the bundle's config.json decoded or None):
+    the hooks' work needs no config.json; one that cannot be read costs only the group."""
+    from nvhook.errors import SpecError
+    from nvhook.hook.locate import bundle_spec_path
+    from nvhook.hook.oci import decode_json, go_clean, read_spec_file
+
+    try:
+        return go_clean(state.root), decode_json(read_spec_file(bundle_spec_path(state, cwd)))
+    except (SpecError, ValueError):
+        return go_clean(state.root), None
 
 
 def container_root(bundle: str, cwd: str | None) -> tuple[str, object]:

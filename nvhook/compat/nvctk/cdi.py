@@ -289,12 +289,15 @@ def _transform(argv: list[str], ctx: Context) -> int:
 
 def transform_root(spec: dict[str, Any], old: str, new: str, relative: str) -> None:
     """Replace the root `old` with `new` in the host paths (`relative` = "host") or the
-    container paths ("container") of every edit of `spec`, in place (NVIDIA's rules)."""
+    container paths ("container") of every edit of `spec`, in place (NVIDIA's rules). The root
+    matches at a path component boundary only, with or without a trailing slash (NVIDIA's
+    #1955: a root /run/nvidia/driver leaves /run/nvidia/driver-backup alone)."""
+    root = old.rstrip("/")
 
     def path(value: str) -> str:
-        if not old or old == new or not (value == old or value.startswith(old.rstrip("/") + "/")):
+        if not old or old == new or not (value == root or value.startswith(root + "/")):
             return value
-        return os.path.normpath(new + "/" + value[len(old):]) if new else value
+        return os.path.normpath(new + "/" + value[len(root):]) if new else value
 
     def arg(value: str) -> str:
         return "::".join(path(part) for part in value.split("::", 1))

@@ -2,10 +2,15 @@
  *
  * cuDriverGetVersion works without cuInit (as the real one does); cuInit reads the same
  * proc-tree inventory as the fake NVML (nvsim.h), so cuDeviceGetCount sees exactly the GPUs
- * NVML sees. Contexts, memory and kernels are not simulated: they return
- * CUDA_ERROR_NOT_SUPPORTED. NVSIM_FAIL=<function>:<code> makes a function fail.
+ * NVML sees. A context is the device it was made for; memory is bookkeeping only (no memory
+ * is allocated), bounded by the GPU's memory and by the hard limit NVML set for the caller's
+ * cgroup (nvmlDeviceSetMemoryLimits_v1, nvsim.h): cuMemAlloc past it is
+ * CUDA_ERROR_OUT_OF_MEMORY. Kernels are not simulated. NVSIM_FAIL=<function>:<code> makes a
+ * function fail.
  */
 #include "nvsim.h"
+
+#include <sys/stat.h>
 
 #define CU_API __attribute__((visibility("default")))
 
@@ -18,7 +23,9 @@ typedef struct CUuuid_st {
 enum {
     CUDA_SUCCESS = 0,
     CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
@@ -45,6 +52,8 @@ static const struct {
 } g_errors[] = {
     {0, "CUDA_SUCCESS", "no error"},
     {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
@@ -258,19 +267,92 @@ CU_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* -- contexts and memory (bookkeeping) ----------------------------------------------------- */
+
+static int g_ctx_dev = -1;                          /* the current context's device */
+static unsigned long long g_used[NVSIM_MAX_GPUS];   /* bytes "allocated" per device */
+
+static CUresult make_ctx(void **pctx, CUdevice dev)
+{
+    struct nvsim_gpu *g;
+    CUresult rc = device_of(dev, &g);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    g_ctx_dev = dev;
+    *pctx = (void *)&g_used[dev];
+    return CUDA_SUCCESS;
+}
+
 CU_API CUresult cuCtxCreate_v2(void **pctx, unsigned int flags, CUdevice dev)
 {
     INJECT();
-    (void)pctx;
     (void)flags;
-    (void)dev;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return make_ctx(pctx, dev);
 }
 
 CU_API CUresult cuDevicePrimaryCtxRetain(void **pctx, CUdevice dev)
 {
     INJECT();
-    (void)pctx;
-    (void)dev;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return make_ctx(pctx, dev);
+}
+
+/* The hard limit set for this process's cgroup (v2: /proc/self/cgroup's "0::" line, under
+ * /sys/fs/cgroup) on the current device, or the device's memory. */
+static unsigned long long limit_of(int dev)
+{
+    const struct nvsim_gpu *g = &g_state.gpu[dev];
+    unsigned long long total = g->memory_mib * 1024ull * 1024ull, hard, cg_dev, cg_ino;
+    char line[PATH_MAX], path[PATH_MAX + 32];
+    int is_dir;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+
+    if (f == NULL)
+        return total;
+    path[0] = '\0';
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(path, sizeof(path), "/sys/fs/cgroup%s", line + 3);
+        }
+    fclose(f);
+    if (path[0] == '\0' || nvsim_identity(path, &cg_dev, &cg_ino, &is_dir) != 0)
+        return total;
+    hard = nvsim_hard_limit(&g_state, g, cg_dev, cg_ino);
+    return hard != 0 && hard < total ? hard : total;
+}
+
+CU_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    unsigned long long limit;
+    INJECT();
+    if (!g_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (g_ctx_dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (free_bytes == NULL || total_bytes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    limit = limit_of(g_ctx_dev);
+    *total_bytes = (size_t)limit;
+    *free_bytes = (size_t)(limit - (g_used[g_ctx_dev] < limit ? g_used[g_ctx_dev] : limit));
+    return CUDA_SUCCESS;
+}
+
+CU_API CUresult cuMemAlloc_v2(unsigned long long *dptr, size_t bytes)
+{
+    unsigned long long base;
+    INJECT();
+    if (!g_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (g_ctx_dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (dptr == NULL || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (bytes > limit_of(g_ctx_dev) - g_used[g_ctx_dev] || g_used[g_ctx_dev] > limit_of(g_ctx_dev))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    base = 0x7f0000000000ull + g_used[g_ctx_dev];
+    g_used[g_ctx_dev] += bytes;
+    *dptr = base;
+    return CUDA_SUCCESS;
 }

@@ -9,6 +9,7 @@
 #include "nvsim.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define NVML_API __attribute__((visibility("default")))
@@ -953,4 +954,74 @@ NVML_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsi
     INJECT();
     (void)infos;
     return no_processes(d, n);
+}
+
+/* -- CUDA memory limits per cgroup (NVML 13.4's nvmlDeviceSetMemoryLimits_v1) ------------ */
+
+#define NVML_ERROR_OPERATING_SYSTEM 17
+
+typedef struct {
+    const char *nameSpace;           /* the cgroup v2 directory (sysfs path) */
+    unsigned long long softLimit;    /* bytes */
+    unsigned long long hardLimit;    /* bytes */
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit, hardLimit, currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+/* Root only (as the driver); the limits recorded for the cgroup's (dev, inode), which the
+ * simulated libcuda of a process in that cgroup enforces (cuMemAlloc, cuMemGetInfo). */
+NVML_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
+                                                   nvmlSetMemoryLimits_v1_t *limits)
+{
+    struct nvsim_gpu *g;
+    struct nvsim_mig *m;
+    unsigned long long dev, ino;
+    int is_dir;
+    char path[PATH_MAX];
+    FILE *f;
+    INJECT();
+    LOOKUP(device, &g, &m);
+    NEED(limits);
+    NEED(limits->nameSpace);
+    if (m != NULL)
+        return NVML_ERROR_NOT_SUPPORTED;  /* MIG handles are not supported */
+    if (geteuid() != 0)
+        return NVML_ERROR_NO_PERMISSION;
+    if (limits->softLimit > limits->hardLimit || limits->hardLimit > memory_total(g, NULL))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (nvsim_identity(limits->nameSpace, &dev, &ino, &is_dir) != 0 || !is_dir)
+        return NVML_ERROR_OPERATING_SYSTEM;
+    nvsim_limits_path(&g_state, g, path, sizeof(path));
+    f = fopen(path, "ae");
+    if (f == NULL)
+        return NVML_ERROR_OPERATING_SYSTEM;
+    fprintf(f, "%llu %llu %llu %llu\n", dev, ino, limits->softLimit, limits->hardLimit);
+    return fclose(f) == 0 ? NVML_SUCCESS : NVML_ERROR_OPERATING_SYSTEM;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
+                                                   nvmlGetMemoryLimits_v1_t *limits)
+{
+    struct nvsim_gpu *g;
+    struct nvsim_mig *m;
+    unsigned long long hard, dev, ino;
+    int is_dir;
+    INJECT();
+    LOOKUP(device, &g, &m);
+    NEED(limits);
+    NEED(limits->nameSpace);
+    if (m != NULL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (nvsim_identity(limits->nameSpace, &dev, &ino, &is_dir) != 0)
+        return NVML_ERROR_OPERATING_SYSTEM;
+    hard = nvsim_hard_limit(&g_state, g, dev, ino);
+    if (hard == 0)
+        return NVML_ERROR_NOT_FOUND;
+    limits->softLimit = 0;
+    limits->hardLimit = hard;
+    limits->currentUsed = 0;
+    return NVML_SUCCESS;
 }

@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef NVSIM_DRIVER_VERSION
@@ -69,6 +71,7 @@ struct nvsim_gpu {
     unsigned init_delay_ms;       /* what NVML init waits for this GPU (no persistence) */
     int mig_count;
     struct nvsim_mig mig[NVSIM_MAX_MIG];
+    char proc_name[NAME_MAX + 1]; /* its directory under /proc/driver/nvidia/gpus */
 };
 
 struct nvsim_state {
@@ -404,6 +407,7 @@ static void nvsim_scan_gpus(struct nvsim_state *st)
         if (e->d_name[0] == '.')
             continue;
         nvsim_defaults(g);
+        nvsim_copy(g->proc_name, sizeof(g->proc_name), e->d_name);
         snprintf(path, sizeof(path), "%s/%s/information", dir, e->d_name);
         if (nvsim_parse_information(path, g) != 0)
             continue;
@@ -428,6 +432,55 @@ static int nvsim_load(struct nvsim_state *st, const void *anchor)
         return NVSIM_MISMATCH;
     nvsim_scan_gpus(st);
     return NVSIM_OK;
+}
+
+/* The CUDA memory limits NVML set for a GPU (nvmlDeviceSetMemoryLimits_v1), one line per
+ * cgroup in <root>/proc/driver/nvidia/gpus/<bus-id>/nvsim-memory-limits:
+ * "<cgroup dev> <cgroup inode> <soft bytes> <hard bytes>". The driver keeps them in the kernel;
+ * the simulator keeps them where a container sees its GPUs' proc dirs (a read-only bind). */
+static void nvsim_limits_path(const struct nvsim_state *st, const struct nvsim_gpu *g,
+                              char *out, size_t n)
+{
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof(rel), "/proc/driver/nvidia/gpus/%s/nvsim-memory-limits", g->proc_name);
+    nvsim_path(out, n, st->root, rel);
+}
+
+/* Device, inode and whether `path` is a directory, by the statx system call: glibc's stat()
+ * binds the library to GLIBC_2.33, which Debian 11's roots (the package tests) do not have.
+ * 0 on success, -1 with errno. */
+static int nvsim_identity(const char *path, unsigned long long *dev, unsigned long long *ino,
+                          int *is_dir)
+{
+    struct statx stx;
+
+    if (syscall(SYS_statx, AT_FDCWD, path, 0, STATX_TYPE | STATX_INO, &stx) != 0)
+        return -1;
+    *dev = ((unsigned long long)stx.stx_dev_major << 32) | stx.stx_dev_minor;
+    *ino = stx.stx_ino;
+    *is_dir = S_ISDIR(stx.stx_mode);
+    return 0;
+}
+
+/* The hard limit of the cgroup (dev, ino) for `g`, or 0 when none is set. */
+static unsigned long long nvsim_hard_limit(const struct nvsim_state *st,
+                                           const struct nvsim_gpu *g,
+                                           unsigned long long dev, unsigned long long ino)
+{
+    char path[PATH_MAX], line[256];
+    unsigned long long d, i, soft, hard, found = 0;
+    FILE *f;
+
+    nvsim_limits_path(st, g, path, sizeof(path));
+    f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "%llu %llu %llu %llu", &d, &i, &soft, &hard) == 4 && d == dev &&
+            i == ino)
+            found = hard;  /* the last one set wins */
+    fclose(f);
+    return found;
 }
 
 /* NVSIM_FAIL="fn:code[,fn:code...]": the injected failure code for `fn`, or 0. */

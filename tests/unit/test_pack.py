@@ -1,0 +1,117 @@
+"""The create pack (nvhook.launch.pack): its module list is what a real GPU create imports, and
+a pack that is stale, foreign or not the owner's changes nothing but the time."""
+
+from __future__ import annotations
+
+import marshal
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvhook.admin.install import import_paths
+from nvhook.dev.demo.bundle import container_spec, write_bundle
+from nvhook.dev.demo.driver import launcher_python
+from nvhook.dev.sim import SimRoot
+from nvhook.launch import pack
+from tests.fixtures.containers import RootfsCache
+
+REPO = Path(__file__).resolve().parents[2]
+PY = launcher_python()  # the interpreter the tests' launchers run ($NVHOOK_LAUNCHER_PYTHON)
+# a wrapper create in the launcher's interpreter, execve made a no-op; prints its modules
+PROBE = f"""\
+import sys, os
+sys.path[:0] = {import_paths()!r}  # the launcher's (python-prctl for the NVML worker)
+from nvhook.runtime.wrapper import main
+os.execve = lambda *a: None
+main(["nvidia-container-runtime", "create", "--bundle", sys.argv[2], "probe"],
+     recorded=sys.argv[1])
+print(" ".join(m for m in sys.modules if m.startswith(("nvhook", "nvmount"))))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="spec delivery writes root-owned entries")
+def test_create_modules_are_a_warm_gpu_create(tmp_path: Path, sim_root: SimRoot,
+                                              rootfs_cache: RootfsCache) -> None:
+    cache = tmp_path / "cache"
+    text = Path(sim_root.config_path).read_text().replace("sim-procfs = true",
+                                                          "sim-procfs = false")
+    text = text.replace("[nvhook]\n", f'[nvhook]\ncache-dir = "{cache}"\n'
+                                      'runtime-mode = "auto"\n')
+    config = tmp_path / "config.toml"
+    config.write_text('nvidia-container-runtime.runtimes = ["/bin/true"]\n' + text)
+    spec = container_spec(["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    seen = []
+    for i in range(2):  # the first fills the inventory cache
+        bundle = write_bundle(tmp_path / f"b{i}", rootfs_cache.get(), spec)
+        proc = subprocess.run([PY, "-IS", "-c", PROBE, str(config), str(bundle)],
+                              capture_output=True, text=True, check=True)
+        seen = proc.stdout.split()
+    assert "nvmount.discover.driver" not in seen
+    wanted = set(seen) - {"nvhook.launch.pack"}  # imported before the pack is used
+    assert wanted == set(pack.CREATE_MODULES), (
+        f"CREATE_MODULES: add {sorted(wanted - set(pack.CREATE_MODULES))}, "
+        f"drop {sorted(set(pack.CREATE_MODULES) - wanted)}")
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A copy of two small modules as package `nvhook` under tmp_path/base."""
+    base = tmp_path / "base"
+    (base / "nvhook").mkdir(parents=True)
+    (base / "nvhook/__init__.py").write_text("WHERE = 'source'\n")
+    (base / "nvhook/leaf.py").write_text("VALUE = 1\n")
+    return base
+
+
+def _run(base: Path, code: str) -> str:
+    prog = (f"import sys\nsys.path[:0] = [{str(REPO)!r}]\n"
+            f"from nvhook.launch.pack import use_pack\nok = use_pack({str(base)!r})\n"
+            f"sys.path[:0] = [{str(base)!r}]\nfor m in [m for m in sys.modules "
+            "if m.startswith('nvhook')]:\n    del sys.modules[m]\n" + code)
+    return subprocess.run([sys.executable, "-IS", "-c", prog], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _write(base: Path, modules: tuple[str, ...]) -> Path:
+    path = base / "nvhook" / pack.PACK_NAME
+    path.write_bytes(pack.build(str(base), modules))
+    path.chmod(0o644)
+    return path
+
+
+def test_pack_serves_current_sources_only(tmp_path: Path) -> None:
+    base = _tree(tmp_path)
+    _write(base, ("nvhook", "nvhook.leaf"))
+    show = ("import nvhook.leaf\nprint(ok, type(nvhook.leaf.__spec__.loader).__name__, "
+            "nvhook.leaf.VALUE, nvhook.leaf.__file__)")
+    assert _run(base, show) == f"True PackFinder 1 {base}/nvhook/leaf.py"
+    leaf = base / "nvhook/leaf.py"
+    leaf.write_text("VALUE = 22\n")  # edited after the pack: the source wins
+    assert _run(base, show).split()[1:3] == ["SourceFileLoader", "22"]
+
+
+@pytest.mark.parametrize("damage", ["group-writable", "foreign", "truncated", "magic"])
+def test_pack_refused(tmp_path: Path, damage: str) -> None:
+    base = _tree(tmp_path)
+    path = _write(base, ("nvhook", "nvhook.leaf"))
+    if damage == "group-writable":
+        path.chmod(0o664)
+    elif damage == "foreign":
+        os.chown(path, 1000, 1000) if os.geteuid() == 0 else pytest.skip("needs root")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:40])
+    else:
+        fmt, _, table = marshal.loads(path.read_bytes())
+        path.write_bytes(marshal.dumps((fmt, b"\0\0\r\n", table)))
+    assert _run(base, "import nvhook.leaf\nprint(ok, nvhook.leaf.VALUE)") == "False 1"
+
+
+def test_pack_script_writes_with_the_given_interpreter(tmp_path: Path) -> None:
+    base = _tree(tmp_path)
+    out = subprocess.run([PY, "-IS", pack.__file__, str(base)], capture_output=True, text=True,
+                         check=False)
+    # the script packs CREATE_MODULES: this tree has not got them, so it fails in one line
+    assert out.returncode == 1 and not (base / "nvhook" / pack.PACK_NAME).exists()
+    assert len(out.stderr.splitlines()) == 1 and "No such file" in out.stderr
