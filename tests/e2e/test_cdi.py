@@ -71,8 +71,12 @@ def generate(install: GpuInstall, config: str, out: Path) -> dict[str, Any]:
     """`nvhook --config X cdi generate` as an installed node runs it: the install's prefix
     on PATH, no --hook-path."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PATH": f"{install.prefix}:/usr/sbin:/usr/bin:/sbin:/bin"}
-    proc = nvhook("--config", config, "cdi", "generate", "--output", str(out), env=env)
+    path = f"{install.prefix}:/usr/sbin:/usr/bin:/sbin:/bin"
+    argv = ("--config", config, "cdi", "generate", "--output", str(out))
+    if install.node.is_host:
+        proc = nvhook(*argv, env={**os.environ, "PATH": path})
+    else:  # the node's nvhook (our .deb's), as that node runs it
+        proc = install.node.run("/usr/bin/nvhook", *argv, env={"PATH": path, "LANG": "C.UTF-8"})
     assert proc.returncode == 0, proc.stderr
     spec: dict[str, Any] = yaml.safe_load(out.read_text())  # JSON is YAML
     return spec
