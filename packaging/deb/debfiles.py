@@ -31,9 +31,11 @@ _CONFLICTS = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 # A TOML reader for the files outside the subset nvhook reads itself (nvhook.config.toml_read):
 # tomllib from 3.11; below, python3-tomli where the release has it (Ubuntu 22.04), else
 # python3-toml (Debian 11: no release with a 3.9 interpreter ships python3-tomli).
-# The interpreters the package is tested on (tests/e2e/test_deb.py: bullseye 3.9 to sid 3.14;
-# docs/install.md): a release whose python3 is newer gets nothing untested.
-DEPENDS = ("python3 (>= 3.9), python3 (<< 3.15), python3-prctl, "
+# The interpreters the package is tested on (tests/e2e/test_deb.py: bullseye's 3.9 to sid's
+# 3.14) are claimed in the description, not as an upper bound: `python3 (<< 3.15)` would make
+# apt hold python3 back or remove nvhook in a release upgrade, and a GPU node's containers with it.
+TESTED_PYTHONS = "3.9 to 3.14"
+DEPENDS = ("python3 (>= 3.9), python3-prctl, "
            "python3 (>= 3.11) | python3-tomli | python3-toml, python3-yaml")
 
 
@@ -62,7 +64,7 @@ Description: {SUMMARY}
  config.toml and environment variables (NVIDIA_VISIBLE_DEVICES,
  NVIDIA_DRIVER_CAPABILITIES, ...) with the semantics of the NVIDIA Container Toolkit
  {NVIDIA_VERSION} ({CTK_VERSION} for nvidia-ctk), in Python, resolving every container path
- through file descriptors.
+ through file descriptors. Tested with CPython {TESTED_PYTHONS} (Debian 11 to sid).
 """
 
 
