@@ -52,14 +52,16 @@ CREATE_MODULES = (
     "nvmount.discover", "nvmount.discover.cache", "nvmount.discover.driver_root",
     "nvmount.discover.inventory", "nvmount.discover.ldcache", "nvmount.discover.options",
     "nvmount.discover.presence", "nvmount.discover.procfiles", "nvmount.effects",
-    "nvmount.errors", "nvmount.faults", "nvmount.fds", "nvmount.fs", "nvmount.fs.paths",
+    "nvmount.errors", "nvmount.faults", "nvmount.fds", "nvmount.fs", "nvmount.fs.owner",
+    "nvmount.fs.paths",
     "nvmount.fs.procfs", "nvmount.fs.root", "nvmount.fs.rootfs", "nvmount.fs.trusted",
     "nvmount.fs.walk", "nvmount.jsonio", "nvmount.ldcache", "nvmount.ldcache.image",
     "nvmount.ldcache.write", "nvmount.log", "nvmount.pipeline", "nvmount.plan",
     "nvmount.plan.app_profile", "nvmount.plan.devices", "nvmount.plan.graphics",
     "nvmount.plan.mounts",
     "nvmount.plan.procfs", "nvmount.plan.selection", "nvmount.plan.split",
-    "nvmount.plan.types", "nvmount.records", "nvmount.requests", "nvmount.timing",
+    "nvmount.plan.types", "nvmount.privileges", "nvmount.records", "nvmount.requests",
+    "nvmount.timing",
 )
 
 
