@@ -1,5 +1,5 @@
 """logrus-style lines, as NVIDIA's Go tools and runtime write them: the one line writer behind
-the runtime wrapper's log files (`nvhook.runtime.log.RuntimeLog`) and the nvidia-ctk and
+the runtime wrapper's log files (`nvhook.launch.runtime_log.RuntimeLog`) and the nvidia-ctk and
 nvidia-cdi-hook drop-ins' stderr (`nvhook.compat.urfave.Log`). Effects: only in `write`.
 
 A writer is a `nvmount.log.Sink` of the one logger: installed (`nvmount.log.install`), the

@@ -54,7 +54,7 @@ def _key(version: str) -> tuple[int, ...]:
 
 def installed(path_env: str, *, timeout: float = 10) -> dict[str, tuple[str, str]]:
     """{engine: (binary, version)} of the engines on `path_env`."""
-    from nvhook.admin.programs import trusted_which
+    from nvhook.programs import trusted_which
 
     found = {}
     for engine, name in BINARIES.items():

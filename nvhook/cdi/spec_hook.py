@@ -6,7 +6,7 @@ discovery. One process per container applies, in one pass of the same fd-safe en
 legacy hook (`nvmount.api.configure_with_plan`), what a runtime cannot do from a spec: the
 procfs view, the application profile, the links, the MIG access files and the ld.so.cache
 (`nvhook.cdi.spec_hook_plan`); with `--memory-limits`, NVML's CUDA memory limits of the granted
-full GPUs (`nvhook.compat.cdihook.memlimits`).
+full GPUs (`nvhook.hook.memlimits`).
 
 The devices it works for are granted by the request, never by the spec it runs on:
 
@@ -63,7 +63,7 @@ def main_hook(name: str, args: list[str], opts: GlobalOptions) -> int:
         sys.stderr.write(f"nvhook cdi hook apply: {note}\n")
     effects = apply(inputs, granted, state.pid, rootfs)
     if inputs.memory_limits:  # `[nvhook] cuda-memory-limits` when the spec was made
-        from nvhook.compat.cdihook.memlimits import apply as apply_limits
+        from nvhook.hook.memlimits import apply as apply_limits
 
         uuids = [inputs.devices[k].uuid for k in granted if inputs.devices[k].uuid]
         apply_limits(spec.env, state.pid, inputs.driver_root, uuids)

@@ -1,5 +1,6 @@
 """What every path needs of the configuration before it loads anything: where config.toml is
-looked for, and the low-level runtimes default. Pure, no imports (the hook's screen and the
+looked for, the low-level runtimes default, Go's TrimSpace and the swarm-resource names.
+Pure, no imports (the hook's screen and the
 runtime wrapper import it before anything else).
 
 Lookup order (`candidates`; the first required one, else the first optional one that exists):
@@ -52,3 +53,25 @@ def candidates(environ: Mapping[str, str], explicit: str | None = None,
         out.append((f"{xdg}/{XDG_RELATIVE}", XDG_ENV, False))
     out.append((default, "", False))
     return out
+
+
+_GO_SPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def go_trim_space(value: str) -> str:
+    """Go's `strings.TrimSpace` (Unicode White_Space; Python's strip() also removes \\x1c-\\x1f)."""
+    start, end = 0, len(value)
+    while start < end and value[start] in _GO_SPACE:
+        start += 1
+    while end > start and value[end - 1] in _GO_SPACE:
+        end -= 1
+    return value[start:end]
+
+
+def swarm_names(swarm_resource: str) -> tuple[str, ...]:
+    """`swarm-resource`'s variable names as NVIDIA splits them: on ",", Go-trimmed, no empties."""
+    names = (go_trim_space(name) for name in swarm_resource.split(","))
+    return tuple(name for name in names if name)

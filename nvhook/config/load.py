@@ -180,10 +180,10 @@ def gate_facts(config: HookConfig) -> tuple[tuple[str, ...], bool, bool]:
     """What `nvhook.launch.screen` needs of a validated config: the swarm-resource variable names,
     whether /dev/null volume mounts can request devices, and whether a debug log is kept
     (then every container goes through the hook, which logs its decision)."""
-    from nvhook.hook.device_lists import swarm_variables
+    from nvhook.config.basics import swarm_names
 
-    return (swarm_variables(config), config.accept_nvidia_visible_devices_as_volume_mounts,
-            bool(config.cli.debug))
+    return (swarm_names(config.swarm_resource),
+            config.accept_nvidia_visible_devices_as_volume_mounts, bool(config.cli.debug))
 
 
 def _read_toml(path: str, origin: str) -> dict[str, Any] | None:

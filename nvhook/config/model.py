@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from nvhook.config.basics import DEFAULT_RUNTIMES
+from nvhook.config.basics import DEFAULT_RUNTIMES, go_trim_space
 from nvhook.config.host import default_ldconfig, default_user, normalise_ldconfig
 from nvhook.errors import ConfigError
 from nvmount.api import KNOWN_CAPABILITIES, DriverCapability
@@ -363,18 +363,3 @@ def parse_supported_capabilities(value: str) -> DriverCapability:
         )
     return DriverCapability.from_names(names)
 
-
-_GO_SPACE = frozenset(
-    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-    "\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-
-
-def go_trim_space(value: str) -> str:
-    """Go's `strings.TrimSpace` (Unicode White_Space; Python's strip() also removes \\x1c-\\x1f)."""
-    start, end = 0, len(value)
-    while start < end and value[start] in _GO_SPACE:
-        start += 1
-    while end > start and value[end - 1] in _GO_SPACE:
-        end -= 1
-    return value[start:end]

@@ -7,7 +7,8 @@ unprivileged policy logs NVIDIA's line).
 
 from __future__ import annotations
 
-from nvhook.config.model import HookConfig, go_trim_space
+from nvhook.config.basics import go_trim_space, swarm_names
+from nvhook.config.model import HookConfig
 from nvhook.errors import RequestError
 from nvhook.hook.oci import go_clean
 from nvhook.hook.request_env import DEVICE_LIST_ROOT, VISIBLE_DEVICES
@@ -96,9 +97,8 @@ def parse_device_list(values: Sequence[str | None], legacy: bool) -> tuple[str, 
 
 
 def swarm_variables(config: HookConfig) -> tuple[str, ...]:
-    """The `swarm-resource` variable names: split on ",", trimmed, empties dropped."""
-    names = (go_trim_space(name) for name in config.swarm_resource.split(","))
-    return tuple(name for name in names if name)
+    """The `swarm-resource` variable names (`nvhook.config.basics.swarm_names`)."""
+    return swarm_names(config.swarm_resource)
 
 
 def visible_devices(

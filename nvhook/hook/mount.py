@@ -79,7 +79,7 @@ def run_engine(
     result = configure_container(ereq, container.pid, container.rootfs, options, libc,
                                  faults=faults, timer=timer)
     if config.nvhook.cuda_memory_limits and result.plan.gpus:
-        from nvhook.compat.cdihook.memlimits import apply
+        from nvhook.hook.memlimits import apply
 
         apply(env, container.pid, result.inventory.root, result.plan.gpus)
     return None

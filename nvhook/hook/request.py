@@ -8,7 +8,8 @@ returns None for a container that does not want GPUs. The only effect is logging
 
 from __future__ import annotations
 
-from nvhook.config.model import HookConfig, go_trim_space
+from nvhook.config.basics import go_trim_space
+from nvhook.config.model import HookConfig
 from nvhook.errors import RequestError, SpecError
 from nvhook.hook import semver
 from nvhook.hook.device_lists import (

@@ -37,8 +37,8 @@ from nvhook import __version__
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.runtime.log import RuntimeLog
-    from nvhook.runtime.settings import Settings
+    from nvhook.launch.runtime_log import RuntimeLog
+    from nvhook.launch.settings import Settings
 
 FACTS_DIR = "/run/nvhook"  # nvmount.cachefile.DEFAULT_DIR
 FACTS_FORMAT = "nvhook-runtime-facts 2"
@@ -115,8 +115,8 @@ def prime_facts(recorded: str | None) -> bool:
     """`nvhook install`: the facts of the config its launchers will read (none when it does
     not load: the first call then reaches the wrapper, which reports the error)."""
     from nvhook.errors import ConfigError
-    from nvhook.runtime.log import RuntimeLog
-    from nvhook.runtime.settings import load_settings
+    from nvhook.launch.runtime_log import RuntimeLog
+    from nvhook.launch.settings import load_settings
 
     try:
         settings = load_settings({}, recorded)

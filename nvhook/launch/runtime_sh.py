@@ -44,8 +44,8 @@ import json
 from nvhook.config.basics import DEFAULT_CONFIG_PATH, DEFAULT_RUNTIMES, XDG_RELATIVE
 from nvhook.launch.facts import FACTS_DIR, FACTS_FORMAT, STAT_FORMAT, facts_path
 from nvhook.launch.runtime_flags import front_lists
+from nvhook.launch.settings import Settings
 from nvhook.launch.shfile import render as render_file
-from nvhook.runtime.settings import Settings
 
 GREP = "/bin/grep"
 STATS = ("/usr/bin/stat", "/bin/stat")  # GNU coreutils' (merged /usr or not)

@@ -31,9 +31,9 @@ from __future__ import annotations
 import os
 
 from nvhook.errors import ConfigError, WrapperError
+from nvhook.launch.runtime_log import RuntimeLog
+from nvhook.launch.settings import Settings
 from nvhook.runtime.bundle import BundleFile, decode_document, open_bundle, write_document
-from nvhook.runtime.log import RuntimeLog
-from nvhook.runtime.settings import Settings
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def gpu_document(bundle: BundleFile, bundle_dir: str, settings: Settings, log: R
         try:
             config = config_from_document(settings.document, settings.path)
         except ConfigError as err:
-            from nvhook.runtime.settings import named_by
+            from nvhook.launch.settings import named_by
 
             raise ConfigError(f"error loading config: {err}{named_by(settings.origin)}") from err
     with timer.phase("spec"):

@@ -30,7 +30,7 @@ from nvmount.api import Symlink
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
-    from nvhook.runtime.log import RuntimeLog
+    from nvhook.launch.runtime_log import RuntimeLog
     from nvmount.api import Journal, MountPlan
     from nvmount.fs.procfs import ProcFs
     from nvmount.fs.rootfs import Root

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
     from nvhook.config.model import HookConfig
     from nvhook.hook.request import ContainerRequest
+    from nvhook.launch.runtime_log import RuntimeLog
     from nvhook.runtime.bundle import BundleFile
-    from nvhook.runtime.log import RuntimeLog
     from nvmount.api import MountPlan, PhaseTimer
 
 PROFILE_FILE = "nvhook-application-profile.conf"  # in the bundle directory
@@ -86,7 +86,7 @@ def deliver_spec(doc: dict[str, Any], request: ContainerRequest, bundle: BundleF
 
 def _asks_memory_limits(doc: dict[str, Any]) -> bool:
     """Whether the container sets a GPU memory request and limit (the hook reads them)."""
-    from nvhook.compat.cdihook.memlimits import LIMITS, REQUESTS, env_of
+    from nvhook.hook.memlimits import LIMITS, REQUESTS, env_of
 
     names = {str(e).partition("=")[0] for e in env_of(doc)}
     return bool(names & set(REQUESTS)) and bool(names & set(LIMITS))

@@ -35,12 +35,12 @@ import sys
 
 from nvhook.errors import ConfigError, NvhookError
 from nvhook.launch.argv import parse_runtime_argv
-from nvhook.runtime.log import RuntimeLog
+from nvhook.launch.runtime_log import RuntimeLog
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
     from nvhook.launch.argv import Invocation
-    from nvhook.runtime.settings import Settings
+    from nvhook.launch.settings import Settings
 
 OCI_SPEC_VERSION = "1.2.1"
 
@@ -103,7 +103,7 @@ def _settings(inv: Invocation, environ: dict[str, str], recorded: str | None,
     """The config's settings. A create fails when the config cannot be loaded; every other
     command (state, start, kill, delete) goes on with the runtimes of the last facts written
     for the launcher, else the defaults: cleaning up never depends on the config."""
-    from nvhook.runtime.settings import Settings, load_settings
+    from nvhook.launch.settings import Settings, load_settings
 
     try:
         settings = load_settings(environ, recorded, own or "")

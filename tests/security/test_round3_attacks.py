@@ -14,9 +14,9 @@ import pytest
 
 from nvhook.admin.doctor import host
 from nvhook.admin.doctor.findings import HostPaths
-from nvhook.admin.programs import trusted_which, untrusted
 from nvhook.dev.sim import SimRoot
 from nvhook.launch.write import MARKER
+from nvhook.programs import trusted_which, untrusted
 from tests.fixtures.sim import SimRootFactory
 from tests.security.test_installer_node import _install, _node, _tree
 from tests.security.test_refresh_policy import SPEC, generate, mig_change, refused

@@ -112,7 +112,7 @@ def test_a_hook_log_in_a_group_log_dir_is_written(tmp_path: Path) -> None:
 
 
 def test_the_runtime_wrappers_debug_log_is_trusted(tmp_path: Path) -> None:
-    from nvhook.runtime.log import RuntimeLog
+    from nvhook.launch.runtime_log import RuntimeLog
 
     logs = group_log_dir(tmp_path / "log")
     os.mkfifo(logs / "runtime.log")

@@ -171,10 +171,10 @@ def test_the_runtime_wrappers_spec_reader(wrapper_rig: tuple[Path, Path, Path],
                                           tmp_path: Path) -> None:
     """Before: `linux.devices` an object, `hooks` a list, a mount entry a string, `process.env`
     null ... on the CDI path died with `internal error: AttributeError` (or TypeError)."""
+    from nvhook.launch.runtime_log import RuntimeLog
+    from nvhook.launch.settings import Settings
     from nvhook.runtime.bundle import BundleFile
     from nvhook.runtime.create import gpu_document
-    from nvhook.runtime.log import RuntimeLog
-    from nvhook.runtime.settings import Settings
 
     cdi, legacy, own = wrapper_rig
     env = [["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], ["NVIDIA_VISIBLE_DEVICES=0"]]
@@ -204,10 +204,10 @@ def test_the_runtime_wrappers_spec_reader(wrapper_rig: tuple[Path, Path, Path],
 def test_the_wrapper_names_the_field(wrapper_rig: tuple[Path, Path, Path], tmp_path: Path,
                                      path: tuple[Any, ...], value: Any, words: str) -> None:
     from nvhook.errors import NvhookError
+    from nvhook.launch.runtime_log import RuntimeLog
+    from nvhook.launch.settings import Settings
     from nvhook.runtime.bundle import BundleFile
     from nvhook.runtime.create import gpu_document
-    from nvhook.runtime.log import RuntimeLog
-    from nvhook.runtime.settings import Settings
 
     cdi, _, own = wrapper_rig
     doc = confuse(SPEC, [(("process", "env", 0), "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"),
@@ -225,7 +225,7 @@ def test_the_wrapper_names_the_field(wrapper_rig: tuple[Path, Path, Path], tmp_p
 def test_the_config_toml_readers() -> None:
     from nvhook.config.check import check_document
     from nvhook.config.model import config_from_document, known_keys
-    from nvhook.runtime.settings import settings_from_document
+    from nvhook.launch.settings import settings_from_document
 
     keys = sorted(known_keys())
     tables = sorted({k.rsplit(".", n)[0] for k in keys for n in range(1, k.count(".") + 1)})

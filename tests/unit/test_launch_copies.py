@@ -2,7 +2,7 @@
 checked here against it.
 
 - the config lookup: `nvhook_config_file` (runtime.sh) finds the file
-  `nvhook.runtime.settings.find_config_path` finds, in the order of
+  `nvhook.launch.settings.find_config_path` finds, in the order of
   `nvhook.config.basics.candidates`, for every combination of its inputs;
 - the runtimes default and the needles come from their homes into the header
   (`runtime_sh.values`), the create/run flag lists from `runtime_flags` (test_runtime_grammar);
@@ -29,9 +29,9 @@ from nvhook.hook import request_env
 from nvhook.hook.oci import load_spec
 from nvhook.hook.request import derive_request
 from nvhook.launch import runtime_sh, screen, shfile
-from nvhook.runtime import settings as settings_mod
+from nvhook.launch import settings as settings_mod
+from nvhook.launch.settings import Settings, find_config_path, load_settings
 from nvhook.runtime.create import may_want_gpus
-from nvhook.runtime.settings import Settings, find_config_path, load_settings
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

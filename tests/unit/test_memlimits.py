@@ -1,11 +1,11 @@
-"""apply-cuda-memory-limits' decisions (nvhook.compat.cdihook.memlimits): which variables, what
+"""apply-cuda-memory-limits' decisions (nvhook.hook.memlimits): which variables, what
 they mean, which cgroup; the container test is tests/e2e/test_cuda_memory_limits.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from nvhook.compat.cdihook.memlimits import (
+from nvhook.hook.memlimits import (
     MIB,
     MemoryLimitError,
     apply,

@@ -15,8 +15,8 @@ import pytest
 
 from nvhook.dev.sim import SimRoot
 from nvhook.errors import NvhookError
+from nvhook.launch.runtime_log import RuntimeLog
 from nvhook.runtime.bundle import open_bundle
-from nvhook.runtime.log import RuntimeLog
 from nvhook.runtime.spec_delivery import deliver_spec
 from nvmount.timing import PhaseTimer
 from tests.fixtures.containers import RootfsCache

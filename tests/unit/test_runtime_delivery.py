@@ -17,8 +17,8 @@ import pytest
 from nvhook.config.model import config_from_document
 from nvhook.dev.sim import SimRoot
 from nvhook.errors import WrapperError
+from nvhook.launch.runtime_log import RuntimeLog
 from nvhook.runtime.bundle import open_bundle
-from nvhook.runtime.log import RuntimeLog
 from nvhook.runtime.modes import LEGACY, SPEC, delivery
 from nvhook.runtime.rootfs import covered_by, write_rootfs
 from nvhook.runtime.spec_delivery import PROFILE_FILE, deliver_spec, mount_destinations

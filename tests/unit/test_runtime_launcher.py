@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from nvhook.launch.facts import facts_path, identity, read_runtimes, refresh_facts
+from nvhook.launch.runtime_log import RuntimeLog
 from nvhook.launch.runtime_sh import render
-from nvhook.runtime.log import RuntimeLog
-from nvhook.runtime.settings import load_settings
+from nvhook.launch.settings import load_settings
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="facts are root's")
 

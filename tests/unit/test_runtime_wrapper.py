@@ -19,7 +19,7 @@ from nvhook.config.load import find_config
 from nvhook.errors import ConfigError, WrapperError
 from nvhook.launch.argv import parse_runtime_argv
 from nvhook.launch.lowlevel import find_runtime
-from nvhook.runtime.settings import find_config_path, settings_from_document
+from nvhook.launch.settings import find_config_path, settings_from_document
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -20,10 +20,10 @@ from nvhook.errors import NvhookError, WrapperError
 from nvhook.hook.oci import parse_spec
 from nvhook.hook.request import derive_request
 from nvhook.hook.spec_mode import delivered_by_spec
+from nvhook.launch.settings import settings_from_document
 from nvhook.runtime.bundle import BundleFile, decode_document
 from nvhook.runtime.create import may_want_gpus
 from nvhook.runtime.edit import add_devices, add_mounts, add_prestart_hook, hook_entry
-from nvhook.runtime.settings import settings_from_document
 from nvhook.runtime.spec_entries import device_nodes, spec_entries
 from nvmount._libc import Libc
 from nvmount.capabilities import DriverCapability as C

@@ -122,7 +122,7 @@ def default_config_version() -> int:
     """No main config: version 3 for a containerd 2.x binary, else 2."""
     import subprocess
 
-    from nvhook.admin.programs import trusted_which
+    from nvhook.programs import trusted_which
 
     binary = trusted_which("containerd", os.environ.get("PATH", ""))
     if binary is None:  # absent, or where a user could have put it: not run as root

@@ -2,7 +2,7 @@
 container runtimes' configuration and the launchers they run, found on the PATH of the daemon
 that runs them (its <proc>/<pid>/environ) or else the caller's, CDI specs. Effects: reads files,
 lists processes, runs launchers' `--version` (only where root may run them:
-`nvhook.admin.programs`).
+`nvhook.programs`).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _containerd_files(paths: HostPaths) -> list[str]:
 
 
 def which(name: str, search: str) -> str | None:
-    from nvhook.admin.programs import which as find
+    from nvhook.programs import which as find
 
     return find(name, search)
 
@@ -229,8 +229,8 @@ def _target_finding(runtime: str, state: str, binary: str,
 
 def check_launcher(path: str, check: str, state: str = "") -> Finding:
     """An nvhook launcher starts (`--version`): a moved installation fails here. Run only
-    when root may run it (`nvhook.admin.programs`): it was found on a PATH or in a config."""
-    from nvhook.admin.programs import untrusted
+    when root may run it (`nvhook.programs`): it was found on a PATH or in a config."""
+    from nvhook.programs import untrusted
 
     why = untrusted(path)
     if why is not None:

@@ -251,7 +251,7 @@ def disable_device_node_modification(run: HookRun, p: Parsed) -> None:
 
 # -- apply-cuda-memory-limits (NVIDIA's #1995/#2075, expected in 1.21) -----------------------
 def apply_cuda_memory_limits(run: HookRun, p: Parsed) -> None:
-    from nvhook.compat.cdihook import memlimits
+    from nvhook.hook import memlimits
 
     uuids = p.strings("gpu-id")
     if any(not u.strip() for u in uuids):

@@ -7,7 +7,7 @@ package and `nvhook install`; `nvidia-ctk hook ...` comes here too.
 
 Hooks: create-symlinks, update-ldcache, enable-cuda-compat,
 disable-device-node-modification, update-application-profile, apply-cuda-memory-limits
-(NVIDIA's, expected in 1.21: `nvhook.compat.cdihook.memlimits`), chmod (deprecated), noop.
+(NVIDIA's, expected in 1.21: `nvhook.hook.memlimits`), chmod (deprecated), noop.
 As NVIDIA's: an unknown hook (one a newer or older spec names) logs `Unsupported CDI hook:
 NAME` and exits 0, no hook at all `No CDI hook specified`; an unknown flag of a known hook
 is an error (exit 1); errors are one logrus-style line (`level=error msg=...`), exit 1.

@@ -110,11 +110,11 @@ def translate(v: dict[str, object], given: set[str], ctx: Context) -> list[str]:
 def _sibling(ctx: Context) -> list[str]:
     """`--runtime-path` of the nvidia-container-runtime installed beside this nvidia-ctk
     (`nvhook install --prefix DIR` fills DIR with both; DIR need not be on PATH), when it is
-    nvhook's and root may run it (`nvhook.admin.programs`); else [] (the PATH lookup)."""
+    nvhook's and root may run it (`nvhook.programs`); else [] (the PATH lookup)."""
     if not ctx.program:
         return []
-    from nvhook.admin.programs import untrusted
     from nvhook.launch.write import MARKER
+    from nvhook.programs import untrusted
 
     where = os.path.dirname(os.path.join(ctx.cwd or "/", ctx.program))
     path = os.path.normpath(os.path.join(where, "nvidia-container-runtime"))

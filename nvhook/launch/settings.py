@@ -16,7 +16,13 @@ from __future__ import annotations
 import os
 import stat
 
-from nvhook.config.basics import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH, DEFAULT_RUNTIMES, RECORDED
+from nvhook.config.basics import (
+    CONFIG_PATH_ENV,
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_RUNTIMES,
+    RECORDED,
+    swarm_names,
+)
 from nvhook.config.basics import candidates as config_candidates
 from nvhook.errors import ConfigError
 from nvhook.hook.request_env import needles as request_needles
@@ -66,8 +72,8 @@ class Settings:
         self.annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
 
     def swarm_variables(self) -> tuple[str, ...]:
-        """`swarm-resource` split as NVIDIA does (comma-separated, trimmed, no empties)."""
-        return tuple(v for v in (p.strip() for p in self.swarm_resource.split(",")) if v)
+        """`swarm-resource` split as NVIDIA does (`nvhook.config.basics.swarm_names`)."""
+        return swarm_names(self.swarm_resource)
 
     def needles(self) -> tuple[str, ...]:
         """Strings at least one of which a config.json that may want GPUs contains: the GPU
