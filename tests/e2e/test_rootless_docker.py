@@ -38,7 +38,7 @@ from tests.fixtures.gpu_clients import GpuInstall, install
 from tests.fixtures.nodes import Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.rootless,
-              pytest.mark.usefixtures("client_leak_check")]
+              pytest.mark.today_engines, pytest.mark.usefixtures("client_leak_check")]
 OWN_NODE = True  # engine_node below, not nodes.parametrize_nodes's host
 
 
