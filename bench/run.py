@@ -76,6 +76,7 @@ class Bench:
         self.work = work
         self.rig = Rig(work, build_rootfs(work / "rootfs"))
         self.launcher = install_hook(work / "prefix")
+        self.nopack = without_pack(self.launcher)
         self.sims = {n: self._sim(n) for n in gpus}
         self.mig = self._sim(64, MIG_SPEC) if mig else None
         self.peer = find_peer()
@@ -132,6 +133,10 @@ class Bench:
         for n, (root, _, sim_step) in self.sims.items():
             out[f"sim step + nvhook, {n} GPU"] = Series(f"nvhook-{n}", (sim_step, self.hook(n)),
                                                         GPU_ENV)
+            if n == 8:  # the same hook importing module by module (before the hook's pack)
+                out[f"sim step + nvhook, {n} GPU, without the pack"] = Series(
+                    f"nvhook-{n}-nopack", (sim_step, nvhook_hook_entry(
+                        self.nopack, self.sims[n][1])), GPU_ENV)
             if self.peer and n == 8:
                 config = peer_config(self.work, root, self.peer[1], n)
                 out[f"sim step + NVIDIA, {n} GPU"] = Series(
@@ -150,6 +155,16 @@ class Bench:
             if not self.rig.run_once(series).ok:
                 raise SystemExit("bench: the RSS pass failed")
         return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def without_pack(launcher: Path) -> Path:
+    """A copy of the hook launcher that does not use the pack (nvhook.launch.pack)."""
+    text = launcher.read_text()
+    call = next(line for line in text.splitlines() if line.strip().startswith("use_pack("))
+    copy = launcher.with_name(launcher.name + "-nopack")
+    copy.write_text(text.replace(call, call[:len(call) - len(call.lstrip())] + "pass"))
+    copy.chmod(0o755)
+    return copy
 
 
 def host_mounts(work: Path, count: int) -> None:

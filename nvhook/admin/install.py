@@ -98,11 +98,13 @@ def main(argv: list[str], opts: GlobalOptions) -> int:
         write_launcher(path, render_launcher(python, paths, kind, config), force=args.force)
         verify_launcher(path, kind)
         print(path)
-    if any(kind == "runtime" for kind, _ in wanted_launchers(args)):
+    kinds = {kind for kind, _ in wanted_launchers(args)}
+    if "runtime" in kinds:
         from nvhook.launch.facts import prime_facts
 
         prime_facts(config)  # the runtime launcher's first call needs no interpreter
-        write_pack(python)
+    if kinds & {"runtime", "hook"}:
+        write_pack(python)  # the GPU create's and the GPU prestart's modules
     from nvhook.admin.configure.hints import install_hint
 
     sys.stderr.write(install_hint(prefix))
@@ -138,8 +140,8 @@ def _absolute(path: str, cwd: str | None) -> str:
 
 
 def write_pack(python: str) -> None:
-    """The GPU create's modules in one file (`nvhook.launch.pack`), compiled by the launchers'
-    interpreter; a failure costs only time, so it is a warning."""
+    """The GPU create's and the GPU prestart's modules in one file (`nvhook.launch.pack`),
+    compiled by the launchers' interpreter; a failure costs only time, so it is a warning."""
     import subprocess
 
     from nvhook.launch import pack
@@ -151,7 +153,7 @@ def write_pack(python: str) -> None:
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         sys.stderr.write(f"nvhook install: warning: the create pack was not written ({last}); "
-                         "GPU creates import module by module\n")
+                         "GPU creates and prestarts import module by module\n")
 
 
 def import_paths(modules: tuple[str, ...] = _MODULES) -> list[str]:

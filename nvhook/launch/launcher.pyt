@@ -38,7 +38,7 @@ if _CONFIG[1]:  # `nvhook install --config`: as if NVIDIA_CTK_CONFIG_FILE_PATH n
     os.environ.setdefault(*_CONFIG)  # posix.environ: bytes
 sys.path.extend(_PATHS)
 try:
-    import nvhook  # noqa: F401
+    import nvhook
 except ImportError as _err:
     sys.stderr.write("%s: cannot import nvhook (%s) from %s: the installation moved or is gone "
                      "(re-run `nvhook install`, or reinstall the nvhook package)\n"
@@ -60,6 +60,10 @@ if _KIND == "hook":
     _declined, _stdin = screen(sys.argv[1:], _cwd)
     if _declined:  # a container that wants no GPU: nothing else to load
         os._exit(0)
+    from nvhook.launch.pack import use_pack
+
+    # a GPU prestart's modules from the pack `nvhook install` wrote, if it is current
+    use_pack(nvhook.__file__.rsplit("/", 2)[0])
     from nvhook.cli import main
 
     _rc = main(cwd=_cwd, stdin=_stdin)

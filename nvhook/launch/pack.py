@@ -1,21 +1,26 @@
-"""The GPU create's modules in one file: fewer imports at every GPU container start (issue 32).
+"""The GPU create's and the GPU prestart's modules in one file: fewer imports at every GPU
+container start (issue 32).
 
-A GPU create imports about 80 of nvhook's and nvmount's modules; each costs the path finder's
-look-ups, a stat of its source, an open and read of its byte-code cache. `nvhook install` writes
-`create.pack` into the nvhook package directory: one marshal file holding, per module of
-`CREATE_MODULES`, its source's size and mtime and its byte code (compiled by the launchers'
-interpreter). The runtime wrapper puts a finder for it first on `sys.meta_path` (`use_pack`);
+A GPU create (the runtime wrapper) or a GPU prestart (the hook launcher, after its screen)
+imports about 80 of nvhook's and nvmount's modules; each costs the path finder's
+look-ups, a stat of its source, an open and read of its byte-code cache. `nvhook install`
+writes `create.pack` into the nvhook package directory: one marshal file holding, per module of
+`PACKED` (`CREATE_MODULES` and `HOOK_MODULES`), its source's size and mtime and its byte code
+(compiled by the launchers' interpreter). The runtime wrapper and the hook launcher put a
+finder for it first on `sys.meta_path` (`use_pack`);
 the finder serves a module from the pack only while its source's size and mtime are those
 recorded, else the normal import runs: a pack that is stale, missing, foreign (another
 interpreter's byte code) or not the package owner's changes nothing but the time.
 
 The pack is as trusted as the sources beside it: the same directory (checked by `nvhook
 install`'s trusted-path walk), owned by the directory's owner, writable by no one else.
-`CREATE_MODULES` is the one list of what a warm GPU create imports; a test
-(tests/unit/test_pack.py) checks it against a real create's `sys.modules`.
+`CREATE_MODULES` is the one list of what a warm GPU create imports, `HOOK_MODULES` of what a
+warm GPU prestart imports; tests check them against a real create's and a real prestart's
+`sys.modules` (tests/unit/test_pack.py, tests/e2e/test_hot_path.py).
 
-Run as a script (`python3 -IS pack.py DIRECTORY`) it writes DIRECTORY/nvhook/create.pack with
-that interpreter: `nvhook install` runs it with `--python`'s interpreter.
+Run as a script (`python3 -IS pack.py DIRECTORY`) it writes DIRECTORY/nvhook/create.pack
+(the name predates the hook's list) with that interpreter: `nvhook install` runs it with
+`--python`'s interpreter.
 """
 
 from __future__ import annotations
@@ -63,6 +68,34 @@ CREATE_MODULES = (
     "nvmount.plan.types", "nvmount.privileges", "nvmount.records", "nvmount.requests",
     "nvmount.timing",
 )
+# what a GPU prestart of the legacy hook imports when the inventory cache is current
+HOOK_MODULES = (
+    "nvhook", "nvhook.cli", "nvhook.commands", "nvhook.config", "nvhook.config.basics",
+    "nvhook.config.host", "nvhook.config.load", "nvhook.config.model", "nvhook.errors",
+    "nvhook.flags", "nvhook.hook", "nvhook.hook.device_lists", "nvhook.hook.locate",
+    "nvhook.hook.mount", "nvhook.hook.oci", "nvhook.hook.prestart", "nvhook.hook.request",
+    "nvhook.hook.request_env", "nvhook.hook.semver", "nvhook.hook.spec_mode", "nvhook.launch",
+    "nvhook.launch.isolation", "nvhook.launch.screen", "nvhook.logs", "nvmount",
+    "nvmount._compat", "nvmount._libc", "nvmount.api", "nvmount.apply",
+    "nvmount.apply.host_nodes", "nvmount.apply.journal", "nvmount.apply.mounts",
+    "nvmount.apply.namespace", "nvmount.apply.simproc", "nvmount.apply.steps",
+    "nvmount.bounds", "nvmount.cachefile", "nvmount.capabilities", "nvmount.cgroup",
+    "nvmount.cgroup.allow", "nvmount.cgroup.common", "nvmount.cgroup.v1", "nvmount.choices",
+    "nvmount.container", "nvmount.container.cgroup", "nvmount.container.layout",
+    "nvmount.container.open", "nvmount.discover", "nvmount.discover.cache",
+    "nvmount.discover.driver_root", "nvmount.discover.inventory", "nvmount.discover.ldcache",
+    "nvmount.discover.options", "nvmount.discover.procfiles", "nvmount.effects",
+    "nvmount.errors", "nvmount.faults", "nvmount.fds", "nvmount.fs", "nvmount.fs.owner",
+    "nvmount.fs.paths", "nvmount.fs.procfs", "nvmount.fs.root", "nvmount.fs.rootfs",
+    "nvmount.fs.trusted", "nvmount.fs.walk", "nvmount.jsonio", "nvmount.ldcache",
+    "nvmount.ldcache.image", "nvmount.ldcache.setting", "nvmount.ldcache.write", "nvmount.log",
+    "nvmount.pipeline", "nvmount.plan", "nvmount.plan.app_profile", "nvmount.plan.devices",
+    "nvmount.plan.graphics", "nvmount.plan.mounts", "nvmount.plan.procfs",
+    "nvmount.plan.selection", "nvmount.plan.split", "nvmount.plan.types", "nvmount.privileges",
+    "nvmount.records", "nvmount.requests", "nvmount.timing",
+)
+# one pack for both paths: a module is served only to the process that imports it
+PACKED = tuple(sorted(set(CREATE_MODULES) | set(HOOK_MODULES)))
 
 
 def _magic() -> bytes:
@@ -77,7 +110,7 @@ def _source(base: str, name: str) -> tuple[str, bool]:
     return path + ".py", False
 
 
-def build(base: str, modules: tuple[str, ...] = CREATE_MODULES) -> bytes:
+def build(base: str, modules: tuple[str, ...] = PACKED) -> bytes:
     """The pack of `modules` found under `base` (the directory holding nvhook and nvmount)."""
     table: dict[str, tuple[bool, str, int, int, bytes]] = {}
     for name in modules:

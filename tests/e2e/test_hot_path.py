@@ -22,6 +22,7 @@ import pytest
 
 from nvhook.dev.demo.bundle import Runc
 from nvhook.dev.demo.driver import launcher_python, nvhook_command
+from nvhook.launch import pack
 from tests.fixtures.containers import GpuRig, created_container
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
@@ -38,6 +39,9 @@ gc.disable()
 from nvhook.launch.screen import screen
 declined, data = screen(sys.argv[1:], os.getcwd())
 if not declined:
+    import nvhook
+    from nvhook.launch.pack import use_pack
+    use_pack(nvhook.__file__.rsplit("/", 2)[0])
     from nvhook.cli import main
     rc = main(sys.argv[1:], cwd=os.getcwd(), stdin=data)
     assert rc == 0, rc
@@ -95,6 +99,11 @@ def test_gpu_container_start_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tm
     # a cgroupfs path (runc's default driver): no systemd registration, no D-Bus, no socket
     assert not {m for m in modules if m.startswith("nvmount.systemd")} | (modules & {"socket"})
     assert not dataclasses
+    # the pack's hook list is what a real GPU prestart imports (the launcher's sequence)
+    ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))} - {"nvhook.launch.pack"}
+    assert ours == set(pack.HOOK_MODULES), (
+        f"HOOK_MODULES: add {sorted(ours - set(pack.HOOK_MODULES))}, "
+        f"drop {sorted(set(pack.HOOK_MODULES) - ours)}")
 
 
 PYTHON_PROBE = """#!/bin/sh

@@ -112,6 +112,6 @@ def test_pack_script_writes_with_the_given_interpreter(tmp_path: Path) -> None:
     base = _tree(tmp_path)
     out = subprocess.run([PY, "-IS", pack.__file__, str(base)], capture_output=True, text=True,
                          check=False)
-    # the script packs CREATE_MODULES: this tree has not got them, so it fails in one line
+    # the script packs PACKED: this tree has not got them, so it fails in one line
     assert out.returncode == 1 and not (base / "nvhook" / pack.PACK_NAME).exists()
     assert len(out.stderr.splitlines()) == 1 and "No such file" in out.stderr

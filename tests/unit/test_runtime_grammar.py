@@ -136,16 +136,25 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Rig:
 
 @pytest.fixture(scope="module")
 def root_rig() -> Iterator[Rig]:
+    """runc and crun of another root: NVHOOK_GRAMMAR_ROOT, else the sid test node's (today's
+    runc 1.3 and crun 1.28: tests/fixtures/debroot.py, cached; extracted for this module)."""
     root = os.environ.get("NVHOOK_GRAMMAR_ROOT")
-    if not root or not (Path(root) / "usr/sbin/runc").exists():
-        pytest.skip("NVHOOK_GRAMMAR_ROOT names no root with usr/sbin/runc (optional: other "
-                    "runc and crun builds)")
+    extracted = None
+    if not root:
+        from tests.fixtures.debroot import NODE_KINDS, extract, node_tarball
+
+        extracted = Path(tempfile.mkdtemp(prefix="nvhook-grammar-root."))
+        root = str(extract(node_tarball(NODE_KINDS["sid"]), extracted / "root"))
+    if not (Path(root) / "usr/sbin/runc").exists():
+        missing(f"{root} has no usr/sbin/runc (NVHOOK_GRAMMAR_ROOT: a root with runc and crun)")
     (Path(root) / "tmp").mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="nvhook-grammar.", dir=Path(root) / "tmp"))
     try:
         yield Rig(tmp, Path(root))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if extracted is not None:
+            shutil.rmtree(extracted, ignore_errors=True)
 
 
 def norm(bundle: str) -> str:
