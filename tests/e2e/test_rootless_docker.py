@@ -58,8 +58,8 @@ def docker(v2: V2Rig, launchers: tuple[Path, Path]) -> Iterator[RootlessDocker]:
     """dockerd-rootless.sh as the rootless test user, `nvidia` registered in its daemon.json
     by `nvhook runtime configure` run as that user."""
     rig, node = v2.rig, v2.node
-    rig.require(DOCKERD_ROOTLESS, ROOTLESSKIT, SLIRP4NETNS, Path("/usr/bin/newuidmap"),
-                Path("/usr/sbin/dockerd"))
+    rig.require(DOCKERD_ROOTLESS, ROOTLESSKIT, SLIRP4NETNS, Path("/usr/bin/ip"),
+                Path("/usr/bin/newuidmap"), Path("/usr/sbin/dockerd"))
     proc = node.run("/bin/sh", "-c", ADD_TUN)
     assert proc.returncode == 0, proc.stderr
     user = ensure_rootless_user()
