@@ -25,7 +25,7 @@ delete create` makes it edit the config.json of the working directory - and does
 
 from __future__ import annotations
 
-from nvhook.launch.command_line import bundle_of
+from nvhook.launch.command_line import GO_FALSE, GO_TRUE, bundle_of, go_flag
 from nvhook.launch.runtime_flags import CRUN_GLOBAL_VALUES, RUNC_GLOBAL_BOOLS, RUNC_GLOBAL_VALUES
 
 # runc's global flags that take a value, then crun's extra ones (an error for runc itself)
@@ -33,9 +33,6 @@ VALUE_FLAGS = frozenset(RUNC_GLOBAL_VALUES)
 CRUN_VALUE_FLAGS = frozenset(CRUN_GLOBAL_VALUES)
 BOOL_FLAGS = frozenset(RUNC_GLOBAL_BOOLS)
 CREATE_COMMANDS = frozenset(("create", "run"))
-# strconv.ParseBool
-GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
-GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
 
 
 class Invocation:
@@ -61,16 +58,6 @@ class Invocation:
         return self.command in CREATE_COMMANDS and not self.error
 
 
-def global_flag(arg: str) -> tuple[str, str | None] | None:
-    """(name, value after '=' or None) of a `-name[=value]`/`--name[=value]` argument, as Go's
-    flag package splits it; None when Go calls it bad syntax (`---x`, `-=x`)."""
-    body = arg[2:] if arg.startswith("--") else arg[1:]
-    if not body or body[0] in "-=":
-        return None
-    name, eq, value = body.partition("=")
-    return name, (value if eq else None)
-
-
 def parse_runtime_argv(args: list[str]) -> Invocation:
     """Scan argv[1:] as runc does (module docstring)."""
     inv = Invocation()
@@ -94,7 +81,7 @@ def parse_runtime_argv(args: list[str]) -> Invocation:
 
 def _global(inv: Invocation, args: list[str], i: int) -> int:
     """Apply the global flag at args[i]; the index of the next argument."""
-    split = global_flag(args[i])
+    split = go_flag(args[i])
     if split is None:
         inv.error = f"bad flag syntax: {args[i]}"
         return i + 1

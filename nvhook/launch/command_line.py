@@ -32,8 +32,19 @@ from nvhook.launch.runtime_flags import (
 )
 
 CWD = ""  # the bundle is the working directory
-GO_BOOLS = frozenset(("1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false",
-                      "False"))
+# strconv.ParseBool's spellings (Go's flag package reads boolean flags with it)
+GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
+GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
+
+
+def go_flag(arg: str) -> tuple[str, str | None] | None:
+    """(name, value after '=' or None) of a `-name[=value]`/`--name[=value]` argument, as Go's
+    flag package splits it; None when Go calls it bad syntax (`---x`, `-=x`)."""
+    body = arg[2:] if arg.startswith("--") else arg[1:]
+    if not body or body[0] in "-=":
+        return None
+    name, eq, value = body.partition("=")
+    return name, (value if eq else None)
 
 
 class Parsed:
@@ -88,29 +99,28 @@ def runc_parse(command: str, args: list[str], version: str, reorder: str) -> Par
             break
         if len(word) < 2 or word[0] != "-":
             break
-        body = word[2:] if word.startswith("--") else word[1:]
-        if not body or body[0] in "-=":
+        split = go_flag(word)
+        if split is None:
             return Parsed(error=f"bad flag syntax: {word}")
-        name, eq, value = body.partition("=")
+        name, given = split
         kind = flags.get(name)
         if kind is None:
             return Parsed(error=f"flag provided but not defined: -{name}")
         if kind == "bool":
-            if eq and value not in GO_BOOLS:
-                return Parsed(error=f'invalid boolean value "{value}" for -{name}')
-            if name in ("help", "h") and (not eq or value in ("1", "t", "T", "TRUE", "true",
-                                                             "True")):
+            if given is not None and given not in GO_TRUE and given not in GO_FALSE:
+                return Parsed(error=f'invalid boolean value "{given}" for -{name}')
+            if name in ("help", "h") and (given is None or given in GO_TRUE):
                 return Parsed(error="help")  # urfave prints the command's help
         else:
-            if not eq:
+            if given is None:
                 if i + 1 >= len(words):
                     return Parsed(error=f"flag needs an argument: -{name}")
                 i += 1
-                value = words[i]
-            if kind == "int" and not _go_int(value):
-                return Parsed(error=f'invalid value "{value}" for flag -{name}: parse error')
+                given = words[i]
+            if kind == "int" and not _go_int(given):
+                return Parsed(error=f'invalid value "{given}" for flag -{name}: parse error')
             if name in BUNDLE:
-                out.bundle = value
+                out.bundle = given
         i += 1
     if len(words) - i != 1:
         return Parsed(error=f'"{command}" requires exactly 1 argument(s)')
