@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO
 
 import stacks as S
+from engines_node import NODES
 
 GPU_ENV = ("NVIDIA_DRIVER_CAPABILITIES=compute,utility",)
 IMAGE, LARGE = "nvhook.bench/demo:latest", "nvhook.bench/large:latest"
@@ -153,14 +154,15 @@ class Rig:
 
 
 def start_docker(rig: Rig, name: str, runtimes: dict[str, Path], path_dir: Path | None,
-                 images: dict[str, Path]) -> tuple[object, CpuGroup]:
+                 images: dict[str, Path], enter: tuple[str, ...] = ()) -> tuple[object, CpuGroup]:
+    """A private dockerd (on the node `enter` runs commands on: bench/engines_node.py)."""
     from tests.fixtures.clientrig.docker import DockerDaemon
     from tests.fixtures.clientrig.host import remove_cgroup_tree
     from tests.fixtures.clientrig.process import unique_name
 
     daemon = DockerDaemon(rig.work / name, settings={"runtimes": {
         k: {"path": str(v)} for k, v in runtimes.items()}},
-        extra_path=(path_dir,) if path_dir else ())
+        extra_path=(path_dir,) if path_dir else (), enter=enter)
     group = CpuGroup(unique_name(f"nvhook-bench-{name}"))
     rig.closers += [lambda: remove_cgroup_tree(daemon.cgroup_parent), group.remove, daemon.stop]
     daemon.start()
@@ -170,12 +172,13 @@ def start_docker(rig: Rig, name: str, runtimes: dict[str, Path], path_dir: Path 
     return daemon, group
 
 
-def start_containerd(rig: Rig, images: dict[str, Path]) -> tuple[object, CpuGroup]:
+def start_containerd(rig: Rig, images: dict[str, Path],
+                     enter: tuple[str, ...] = ()) -> tuple[object, CpuGroup]:
     from tests.fixtures.clientrig.containerd import ContainerdDaemon
     from tests.fixtures.clientrig.host import remove_cgroup_tree
     from tests.fixtures.clientrig.process import unique_name
 
-    daemon = ContainerdDaemon(rig.work / "containerd")
+    daemon = ContainerdDaemon(rig.work / "containerd", enter=enter)
     group = CpuGroup(unique_name("nvhook-bench-ctrd"))
     rig.closers += [lambda: remove_cgroup_tree(daemon.namespace), group.remove, daemon.stop]
     daemon.start()
@@ -191,7 +194,8 @@ def docker_series(daemon: object, group: CpuGroup, client: str, row: str, opts: 
     from tests.fixtures.clientrig.process import clean_env
 
     d: object = daemon
-    argv = [str(DOCKER), "-H", f"unix://{d.socket}", "run", "--rm",  # type: ignore[attr-defined]
+    argv = [*d.enter, str(DOCKER), "-H", f"unix://{d.socket}",  # type: ignore[attr-defined]
+            "run", "--rm",
             "--network", "none", *opts, *(a for e in env for a in ("-e", e)), image,
             "/bin/true"]
     cli_env = clean_env(d.workdir, DOCKER_CONFIG=str(d.workdir / "cli"))  # type: ignore[attr-defined]
@@ -205,7 +209,8 @@ def ctr_series(daemon: object, group: CpuGroup, row: str, runtime: Path | None,
 
     d: object = daemon
     w = d.workdir  # type: ignore[attr-defined]
-    head = [str(CTR), "--address", str(d.socket), "--namespace",  # type: ignore[attr-defined]
+    head = [*d.enter, str(CTR), "--address", str(d.socket),  # type: ignore[attr-defined]
+            "--namespace",
             d.namespace, "run", "--rm", "--runc-root", str(w / "runc"),  # type: ignore[attr-defined]
             "--fifo-dir", str(w / "fifo"), *(["--runc-binary", str(runtime)] if runtime else []),
             *(a for e in env for a in ("--env", e)), image]
@@ -280,6 +285,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="persist-nvml: NVML init cost per GPU with persistence on "
                         "(default 40)")
     parser.add_argument("--libraries", type=int, default=1000, help="large image: libraries")
+    parser.add_argument("--node", default="host", choices=NODES,
+                        help="where the engines run: host (Debian 12's), or a Debian node's "
+                        "root with today's engines (sid: Docker 28.5, containerd 2.1, runc "
+                        "1.3; trixie: Docker 26.1, containerd 1.7): bench/engines_node.py")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     return parser.parse_args(argv)

@@ -16,8 +16,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import engines as E
+import engines_node as N
 import stacks as S
 from engines_report import markdown
 
@@ -55,26 +57,26 @@ def images(work: Path, scenarios: list[str], libraries: int) -> dict[str, Path]:
     return out
 
 
-def build(args: object, work: Path, rig: E.Rig) -> tuple[list[E.Series], dict[str, object]]:
-    """Every stack, daemon and series (module docstring of bench/engines.py)."""
-    from nvhook.dev.demo.driver import launcher_python
-
+def build(args: object, work: Path, rig: E.Rig, node: Any,
+          unusable: dict[str, str]) -> tuple[list[E.Series], dict[str, object]]:
+    """Every stack, daemon and series (module docstring of bench/engines.py), on `node`
+    (bench/engines_node.py) without the NVIDIA stacks that are `unusable` there."""
     a: object = args
     scenarios = a.scenarios.split(",")  # type: ignore[attr-defined]
     clients = a.clients.split(",")  # type: ignore[attr-defined]
     modes = [m for m in a.modes.split(",") if m] or S.nvhook_modes()  # type: ignore[attr-defined]
-    py = launcher_python()
+    py, nvhook, enter = node.python(), node.nvhook_command(), node.enter()
     imgs = images(work, scenarios, a.libraries)  # type: ignore[attr-defined]
     sim8 = make_sim(work, "sim8", 8)
-    main = S.all_stacks(work, sim8, "main", modes, py)
+    main = S.all_stacks(work, sim8, "main", modes, py, nvhook, unusable)
     slow: list[S.Stack] = []
     if "slow-nvml" in scenarios:
-        slow = S.all_stacks(work, make_sim(work, "sim-slow", 1, a.nvml_delay), "slow", modes,
-                            py)  # type: ignore[attr-defined]
+        slow = S.all_stacks(work, make_sim(work, "sim-slow", 1, a.nvml_delay),  # type: ignore[attr-defined]
+                            "slow", modes, py, nvhook, unusable)
     persist: list[S.Stack] = []
     if "persist-nvml" in scenarios:
         persist = S.all_stacks(work, make_sim(work, "sim-persist", 8, a.persist_delay),
-                               "persist", modes, py)  # type: ignore[attr-defined]
+                               "persist", modes, py, nvhook, unusable)  # type: ignore[attr-defined]
     runc_sh = S.runc_wrapper(work)
     ctx: dict[str, tuple[object, E.CpuGroup]] = {}
     hook_a = next((st.hook_dir for st in main if st.family == "nvhook"), None)
@@ -82,12 +84,12 @@ def build(args: object, work: Path, rig: E.Rig) -> tuple[list[E.Series], dict[st
     if "docker" in clients:
         runtimes = {st.name: st.runtime for st in (*main, *slow, *persist)}
         ctx["docker"] = E.start_docker(rig, "docker-a", {**runtimes, "runc-sh": runc_sh},
-                                       hook_a, imgs)
+                                       hook_a, imgs, enter)
         if nv117 is not None:
             ctx["docker-B"] = E.start_docker(rig, "docker-b", {}, nv117.hook_dir,
-                                             {E.IMAGE: imgs[E.IMAGE]})
+                                             {E.IMAGE: imgs[E.IMAGE]}, enter)
     if "ctr" in clients:
-        ctx["ctr"] = E.start_containerd(rig, imgs)
+        ctx["ctr"] = E.start_containerd(rig, imgs, enter)
     plain = {k: v for k, v in ctx.items() if k != "docker-B"}
     series = [*E.base_rows("main", E.IMAGE, plain, runc_sh)]
     if "main" in scenarios:
@@ -110,16 +112,12 @@ def build(args: object, work: Path, rig: E.Rig) -> tuple[list[E.Series], dict[st
     return series, setup
 
 
-def host_info() -> dict[str, object]:
-    def version(argv: list[str]) -> str:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return (proc.stdout.splitlines() or ["?"])[0]
-
+def host_info(node: Any) -> dict[str, object]:
+    """The machine, and the engines' versions as `node` has them."""
+    found = N.versions(node)
     return {"kernel": platform.release(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "runc": version(["/usr/sbin/runc", "--version"]),
-            "docker": version(["/usr/sbin/dockerd", "--version"]),
-            "containerd": version(["/usr/bin/containerd", "--version"]),
+            "node": node.name, "engines": N.node_summary(node.name, found), **found,
             "load_start": os.getloadavg()[0]}
 
 
@@ -146,8 +144,14 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="nvb-", dir="/tmp"))
     rig = E.Rig(work)
     try:
-        info = host_info()
-        series, setup = build(args, work, rig)
+        node, close_node = N.start(args.node)
+        rig.closers.append(close_node)  # the last to go: the daemons run in it
+        unusable = N.add_peers(node, S.peer_available)
+        for family, why in unusable.items():
+            log(f"{family} left out: {why}")
+        info = host_info(node)
+        series, setup = build(args, work, rig, node, unusable)
+        setup["unusable"] = unusable
         log(f"{len(series)} series, {args.runs} rounds (+1 warm-up)")
         E.measure(series, args.runs, log)
         info["load_end"] = os.getloadavg()[0]

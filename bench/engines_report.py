@@ -90,13 +90,19 @@ def goals(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def engines(host: dict[str, Any]) -> str:
+    """The engines the run used: the node's summary (bench/engines_node.py), or the versions
+    of a result file written before `--node` existed."""
+    return host.get("engines") or f"{host['docker']}, {host['containerd']}, {host['runc']}"
+
+
 def markdown(results: dict[str, Any]) -> str:
     host = results["host"]
     lines = [f"{results['runs']} rounds, round-robin after a warm-up round; {host['date']}, "
-             f"kernel {host['kernel']}, {host['cpus']} vCPUs, {host['docker']}, "
-             f"{host['containerd']}, {host['runc']}; load average {host['load_start']:.1f} at "
-             f"the start, {host.get('load_end', 0):.1f} at the end. Medians; added = minus the "
-             "same client's plain runc; CPU = client + daemon side (cpuacct).", "",
+             f"kernel {host['kernel']}, {host['cpus']} vCPUs, {engines(host)}; load average "
+             f"{host['load_start']:.1f} at the start, {host.get('load_end', 0):.1f} at the end. "
+             "Medians; added = minus the same client's plain runc; CPU = client + daemon side "
+             "(cpuacct).", "",
              *table(results), "", *goals(results)]
     failed = [s for s in results["series"] if s["failures"]]
     if failed:

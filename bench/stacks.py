@@ -24,6 +24,7 @@ legacy stacks pay it alike, and jit-cdi (no prestart hook) does not.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,10 @@ def peer_available(prefix: Path) -> bool:
                                                         "nvidia-ctk"))
 
 
-def nvhook_stack(work: Path, sim: Path, mode: str, tag: str, launcher_python: str) -> Stack:
-    """nvhook installed with a config for `sim` in runtime mode `mode`."""
+def nvhook_stack(work: Path, sim: Path, mode: str, tag: str, launcher_python: str,
+                 nvhook: Sequence[str] = ()) -> Stack:
+    """nvhook installed with a config for `sim` in runtime mode `mode`, by `nvhook` (argv;
+    default this checkout's: a node's is its .deb's, bench/engines_node.py)."""
     import subprocess
 
     from nvhook.dev.demo.driver import nvhook_command
@@ -83,9 +86,9 @@ def nvhook_stack(work: Path, sim: Path, mode: str, tag: str, launcher_python: st
     config = base / "config.toml"
     base.mkdir(parents=True)
     config.write_text(text)
-    proc = subprocess.run([*nvhook_command(), "--config", str(config), "install", "--python",
-                           launcher_python, "--prefix", str(prefix)], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run([*(nvhook or nvhook_command()), "--config", str(config), "install",
+                           "--python", launcher_python, "--prefix", str(prefix)],
+                          capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"bench: nvhook install into {prefix}: {proc.stderr.strip()}")
     sim_step_hook(hooks, sim, [str(prefix / HOOK_NAME), HOOK_NAME])
@@ -149,13 +152,17 @@ path = "{PEER_120 / 'bin/nvidia-ctk'}"
     return Stack(f"nvidia120-{tag}", "NVIDIA 1.20.0 jit-cdi", "nvidia-1.20", runtime)
 
 
-def all_stacks(work: Path, sim: Path, tag: str, modes: list[str],
-               launcher_python: str) -> list[Stack]:
-    """nvhook in each mode, then NVIDIA's stacks that are built here."""
-    stacks = [nvhook_stack(work, sim, m, tag, launcher_python) for m in modes]
-    if peer_available(PEER_117):
+def all_stacks(work: Path, sim: Path, tag: str, modes: list[str], launcher_python: str,
+               nvhook: Sequence[str] = (), unusable: Collection[str] | None = None) -> list[Stack]:
+    """nvhook in each mode, then NVIDIA's stacks that are built here and not `unusable`
+    (families that cannot run on the benchmark's node: bench/engines_node.py)."""
+    stacks = [nvhook_stack(work, sim, m, tag, launcher_python, nvhook) for m in modes]
+    if unusable is None:
+        unusable = [f for f, p in (("nvidia-1.17.8", PEER_117), ("nvidia-1.20", PEER_120))
+                    if not peer_available(p)]
+    if "nvidia-1.17.8" not in unusable:
         stacks.append(nvidia117_stack(work, sim, tag))
-    if peer_available(PEER_120):
+    if "nvidia-1.20" not in unusable:
         stacks.append(nvidia120_stack(work, sim, tag))
     return stacks
 
