@@ -60,6 +60,7 @@ class Series:
     cpu_ms: list[float] = field(default_factory=list)
     failures: int = 0
     error: str = ""
+    grouped: bool = False  # the client itself runs in `group` (podman): its rusage is in it
 
 
 class CpuGroup:
@@ -79,7 +80,8 @@ class CpuGroup:
         self.baseline = len(self.procs())
 
     def procs(self) -> list[str]:
-        return (self.path / "cgroup.procs").read_text().split()
+        """The processes in the group and below it (podman's conmon and containers)."""
+        return [p for f in self.path.rglob("cgroup.procs") for p in f.read_text().split()]
 
     def usage_ns(self) -> int:
         return int((self.path / "cpuacct.usage").read_text())
@@ -117,7 +119,9 @@ def _run_once(s: Series, err: IO[bytes]) -> tuple[bool, float, float, str]:
     _, status, usage = os.wait4(pid, 0)
     wall = (time.monotonic() - start) * 1000
     s.group.settle()
-    cpu = (s.group.usage_ns() - before) / 1e6 + (usage.ru_utime + usage.ru_stime) * 1000
+    cpu = (s.group.usage_ns() - before) / 1e6
+    if not s.grouped:
+        cpu += (usage.ru_utime + usage.ru_stime) * 1000
     err.seek(0)
     detail = err.read().decode(errors="replace").strip()[-600:]
     return os.waitstatus_to_exitcode(status) == 0, wall, cpu, detail

@@ -92,6 +92,10 @@ def build(args: object, work: Path, rig: E.Rig, node: Any,
         ctx["ctr"] = E.start_containerd(rig, imgs, enter)
     plain = {k: v for k, v in ctx.items() if k != "docker-B"}
     series = [*E.base_rows("main", E.IMAGE, plain, runc_sh)]
+    if "podman" in clients and "main" in scenarios:
+        from engines_cdi import podman_rows
+
+        series += podman_rows(rig, node, imgs, main, sim8)
     if "main" in scenarios:
         series += E.stack_rows("main", main, [("no GPU", None), ("GPU 0", "0"),
                                               ("all 8 GPUs", "all")], E.IMAGE, plain)

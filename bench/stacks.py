@@ -41,6 +41,8 @@ class Stack:
     runtime: Path  # a runc-compatible executable
     hook_dir: Path | None = None  # holds nvidia-container-runtime-hook (docker --gpus)
     timing_log: Path | None = None  # nvhook's timing records
+    config: Path | None = None  # nvhook's config.toml
+    prefix: Path | None = None  # nvhook's launchers (nvhook-hook: its CDI spec's hook)
 
 
 def script(path: Path, lines: list[str]) -> Path:
@@ -93,7 +95,8 @@ def nvhook_stack(work: Path, sim: Path, mode: str, tag: str, launcher_python: st
         raise SystemExit(f"bench: nvhook install into {prefix}: {proc.stderr.strip()}")
     sim_step_hook(hooks, sim, [str(prefix / HOOK_NAME), HOOK_NAME])
     runtime = runtime_wrapper(base / "runtime", prefix / "nvidia-container-runtime")
-    return Stack(f"nvhook-{mode}-{tag}", f"nvhook {mode}", "nvhook", runtime, hooks, timing)
+    return Stack(f"nvhook-{mode}-{tag}", f"nvhook {mode}", "nvhook", runtime, hooks, timing,
+                 config, prefix)
 
 
 def nvidia117_stack(work: Path, sim: Path, tag: str) -> Stack:
