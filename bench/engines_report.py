@@ -1,12 +1,14 @@
-"""The end-to-end benchmark's figures as markdown: one table (docker and ctr side by side),
-then the issue's goals as ratios of added times from the same run (bench/engines.py)."""
+"""The end-to-end benchmark's figures as markdown: one table (the clients of the run side by
+side: docker, ctr, podman), the issue's goals as ratios of added times from the same run
+(bench/engines.py), and the summary table docs/performance.md keeps ("Today's engines":
+`summary`)."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
-CLIENTS = (("docker", "docker run"), ("ctr", "ctr run"))
+CLIENTS = (("docker", "docker run"), ("ctr", "ctr run"), ("podman", "podman run"))
 
 
 def _median(values: list[float]) -> float | None:
@@ -36,16 +38,23 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def clients(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """The CLIENTS the run has series of (docker-B counts as docker), docker and ctr always."""
+    have = {s["client"].removesuffix("-B") for s in results["series"]}
+    return [c for c in CLIENTS if c[0] in have or c[0] in ("docker", "ctr")]
+
+
 def table(results: dict[str, Any]) -> list[str]:
     idx = index(results)
     rows = list(dict.fromkeys(s["row"] for s in results["series"]))
+    shown = clients(results)
     head = ["| scenario | containers | stack"]
-    for _, label in CLIENTS:
+    for _, label in shown:
         head.append(f" {label} (ms) | added | added CPU")
-    out = ["|".join(head) + " |", "|---" * 9 + "|"]
+    out = ["|".join(head) + " |", "|---" * (3 + 3 * len(shown)) + "|"]
     for row in rows:
         cells = row.split(" | ")
-        for client, _ in CLIENTS:
+        for client, _ in shown:
             key = (row, client) if (row, client) in idx else (row, client + "-B")
             s = idx.get(key)
             if s is None:
@@ -66,6 +75,11 @@ def goals(results: dict[str, Any]) -> list[str]:
     idx = index(results)
     modes = results["setup"]["modes"]
     out = ["Ratios of added wall time (nvhook / NVIDIA) from this run, docker | ctr:", ""]
+    cdi = [f"- podman `--device` (CDI), {kind}, nvhook's spec / NVIDIA 1.20.0's: " + _ratio(
+        added(idx, f"main | {kind} | CDI, nvhook spec", "podman"),
+        added(idx, f"main | {kind} | CDI, NVIDIA 1.20.0 spec", "podman"))
+        for kind in ("GPU 0", "all 8 GPUs") if (f"main | {kind} | CDI, nvhook spec", "podman")
+        in idx]
     checks = [("main", "GPU 0"), ("main", "all 8 GPUs"), ("main", "no GPU"),
               ("slow-nvml", "GPU 0"), ("persist-nvml", "GPU 0"), ("persist-nvml", "all 8 GPUs"),
               ("large-image", "GPU 0")]
@@ -83,10 +97,75 @@ def goals(results: dict[str, Any]) -> list[str]:
         theirs = added(idx, f"main | {kind} | --gpus, NVIDIA 1.17.8 hook", "docker-B")
         out.append(f"- `docker run --gpus`, {kind} (hook only): {_ratio(ours, theirs)} "
                    "(goal <= 1.2)")
+    out += cdi
     totals = results.get("hook_total_ms") or {}
     if totals:
         out += ["", "nvhook's own hook time (median `total_ms` of its timing records): "
                 + ", ".join(f"{k} {v:.1f} ms" for k, v in totals.items())]
+    return out
+
+
+# the summary's stack columns; a row maps each to the (series row, client) it shows
+COLUMNS = ("nvhook auto", "nvhook legacy", "NVIDIA 1.17.8 legacy", "NVIDIA 1.20.0 jit-cdi")
+KINDS = ("no GPU", "GPU 0", "all 8 GPUs")
+RUNTIME_PATHS = (("docker", "`docker run --runtime`"), ("ctr", "`ctr run --runc-binary`"))
+SummaryRow = tuple[str, str, dict[str, tuple[str, str]]]
+
+
+def summary_rows(results: dict[str, Any]) -> list[SummaryRow]:
+    """(engine path, containers, {column: (series row, client)}) of the rows the run has: each
+    stack through the runtime per client and scenario, then `--gpus` (nvhook's hook in the
+    auto column, NVIDIA 1.17.8's in its own) and Podman's CDI (nvhook's spec in the auto
+    column, NVIDIA 1.20.0's in the jit-cdi one)."""
+    rows: list[SummaryRow] = []
+    for client, path in RUNTIME_PATHS:
+        for scenario in results["setup"]["scenarios"]:
+            for kind in KINDS:
+                label = kind if scenario == "main" else f"{scenario}, {kind}"
+                rows.append((path, label, {c: (f"{scenario} | {kind} | {c}", client)
+                                           for c in COLUMNS}))
+    for kind in KINDS[1:]:
+        rows.append(("`docker run --gpus` (hook only)", kind, {
+            "nvhook auto": (f"main | {kind} | --gpus, nvhook hook", "docker"),
+            "NVIDIA 1.17.8 legacy": (f"main | {kind} | --gpus, NVIDIA 1.17.8 hook", "docker-B")}))
+        rows.append(("`podman run --device` (CDI)", kind, {
+            "nvhook auto": (f"main | {kind} | CDI, nvhook spec", "podman"),
+            "NVIDIA 1.20.0 jit-cdi": (f"main | {kind} | CDI, NVIDIA 1.20.0 spec", "podman")}))
+    idx = index(results)
+    return sorted((r for r in rows if any(key in idx for key in r[2].values())),
+                  key=lambda r: r[0].startswith("`podman"))
+
+
+def _cell(idx: dict[tuple[str, str], dict[str, Any]], key: tuple[str, str] | None) -> str:
+    """"+wall / CPU" added ms of one series ("-" when the run has none)."""
+    if key is None or key not in idx:
+        return "-"
+    wall, cpu = added(idx, *key), added(idx, *key, "cpu_ms")
+    fail = f" ({idx[key]['failures']} failed)" if idx[key]["failures"] else ""
+    if wall is None:
+        return "-" + fail
+    return f"{wall:+.0f} / " + ("-" if cpu is None else f"{cpu:.0f}") + fail
+
+
+def summary(results: dict[str, Any]) -> list[str]:
+    """The "Today's engines" table: per row the added wall / CPU medians (ms) of each stack
+    and nvhook auto's ratios to NVIDIA's (wall, CPU in brackets)."""
+    idx = index(results)
+    out = ["| engine | containers | " + " | ".join(COLUMNS)
+           + " | auto / 1.17.8 | auto / 1.20.0 |", "|---" * (4 + len(COLUMNS)) + "|"]
+    for path, label, keys in summary_rows(results):
+        ours = keys.get("nvhook auto")
+        ratios = []
+        for peer in COLUMNS[2:]:
+            theirs = keys.get(peer)
+            if ours is None or theirs is None:
+                ratios.append("-")
+                continue
+            wall = _ratio(added(idx, *ours), added(idx, *theirs))
+            cpu = _ratio(added(idx, *ours, "cpu_ms"), added(idx, *theirs, "cpu_ms"))
+            ratios.append(wall if wall == "-" else f"{wall} ({cpu})")
+        cells = [path, label, *(_cell(idx, keys.get(c)) for c in COLUMNS), *ratios]
+        out.append("| " + " | ".join(cells) + " |")
     return out
 
 
@@ -103,7 +182,9 @@ def markdown(results: dict[str, Any]) -> str:
              f"{host['load_start']:.1f} at the start, {host.get('load_end', 0):.1f} at the end. "
              "Medians; added = minus the same client's plain runc; CPU = client + daemon side "
              "(cpuacct).", "",
-             *table(results), "", *goals(results)]
+             *table(results), "", *goals(results), "",
+             "Summary (docs/performance.md; added wall / added CPU, ms; ratios: wall (CPU)):",
+             "", *summary(results)]
     failed = [s for s in results["series"] if s["failures"]]
     if failed:
         lines += ["", "Failures:"] + [f"- {s['row']} ({s['client']}): {s['failures']}x: "
