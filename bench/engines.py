@@ -37,7 +37,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -61,6 +61,7 @@ class Series:
     failures: int = 0
     error: str = ""
     grouped: bool = False  # the client itself runs in `group` (podman): its rusage is in it
+    check: str = ""  # why the container did not get what its row says (`check`), "" if it did
 
 
 class CpuGroup:
@@ -125,6 +126,34 @@ def _run_once(s: Series, err: IO[bytes]) -> tuple[bool, float, float, str]:
     err.seek(0)
     detail = err.read().decode(errors="replace").strip()[-600:]
     return os.waitstatus_to_exitcode(status) == 0, wall, cpu, detail
+
+
+LIB = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+
+
+def probe(row: str) -> str:
+    """The shell test a container of `row` passes when it got what the row says: no GPU
+    node without a GPU; GPU 0's node (and not GPU 1's) or GPU 7's, and NVML, with GPUs."""
+    kind = row.split(" | ")[1]
+    if kind == "no GPU":
+        return "! test -e /dev/nvidia0"
+    nodes = "test -e /dev/nvidia0 && ! test -e /dev/nvidia1" if kind == "GPU 0" else \
+        "test -e /dev/nvidia0 && test -e /dev/nvidia7"
+    return f"{nodes} && test -e {LIB}"
+
+
+def check(series: list[Series], log: Callable[[str], None]) -> None:
+    """Each series once with `probe` instead of /bin/true: a stack that starts containers
+    without their GPUs (or gives GPUs to a plain one) is named, not timed as if it worked."""
+    for s in series:
+        argv = s.argv()
+        assert argv[-1] == "/bin/true", argv
+        test = probe(s.row)
+        ok, _, _, detail = run_once(replace(s, argv=lambda a=argv, t=test: [  # type: ignore[misc]
+            *a[:-1], "/bin/sh", "-c", t]))
+        if not ok:
+            s.check = f"`{test}` failed: {detail[-200:]}"
+            log(f"check: {s.row} ({s.client}): {s.check}")
 
 
 def measure(series: list[Series], rounds: int, log: Callable[[str], None]) -> None:

@@ -157,12 +157,14 @@ def main(argv: list[str]) -> int:
         series, setup = build(args, work, rig, node, unusable)
         setup["unusable"] = unusable
         log(f"{len(series)} series, {args.runs} rounds (+1 warm-up)")
+        E.check(series, log)
         E.measure(series, args.runs, log)
         info["load_end"] = os.getloadavg()[0]
         results = {"runs": args.runs, "host": info, "setup": setup,
                    "hook_total_ms": hook_totals(setup["timing_logs"]),  # type: ignore[arg-type]
                    "series": [{"row": s.row, "client": s.client, "wall_ms": s.wall_ms,
-                               "cpu_ms": s.cpu_ms, "failures": s.failures, "error": s.error}
+                               "cpu_ms": s.cpu_ms, "failures": s.failures, "error": s.error,
+                               "check": s.check}
                               for s in series]}
     finally:
         rig.close()

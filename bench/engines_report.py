@@ -34,6 +34,12 @@ def added(idx: dict[tuple[str, str], dict[str, Any]], row: str, client: str,
     return None if a is None or b is None else a - b
 
 
+def _failed(s: dict[str, Any]) -> str:
+    """What a cell says besides its figure: failed runs, a failed check (bench/engines.py)."""
+    return (f" ({s['failures']} failed)" if s["failures"] else "") + \
+        (" (check failed)" if s.get("check") else "")
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -60,7 +66,7 @@ def table(results: dict[str, Any]) -> list[str]:
             if s is None:
                 cells += ["-", "-", "-"]
                 continue
-            fail = f" ({s['failures']} failed)" if s["failures"] else ""
+            fail = _failed(s)
             cells += [_fmt(_median(s["wall_ms"])) + fail, _fmt(added(idx, row, key[1])),
                       _fmt(added(idx, row, key[1], "cpu_ms"))]
         out.append("| " + " | ".join(cells) + " |")
@@ -141,7 +147,7 @@ def _cell(idx: dict[tuple[str, str], dict[str, Any]], key: tuple[str, str] | Non
     if key is None or key not in idx:
         return "-"
     wall, cpu = added(idx, *key), added(idx, *key, "cpu_ms")
-    fail = f" ({idx[key]['failures']} failed)" if idx[key]["failures"] else ""
+    fail = _failed(idx[key])
     if wall is None:
         return "-" + fail
     return f"{wall:+.0f} / " + ("-" if cpu is None else f"{cpu:.0f}") + fail
@@ -185,6 +191,10 @@ def markdown(results: dict[str, Any]) -> str:
              *table(results), "", *goals(results), "",
              "Summary (docs/performance.md; added wall / added CPU, ms; ratios: wall (CPU)):",
              "", *summary(results)]
+    checks = [s for s in results["series"] if s.get("check")]
+    if checks:
+        lines += ["", "Failed checks (the container did not get what its row says):"] + [
+            f"- {s['row']} ({s['client']}): {s['check']}" for s in checks]
     failed = [s for s in results["series"] if s["failures"]]
     if failed:
         lines += ["", "Failures:"] + [f"- {s['row']} ({s['client']}): {s['failures']}x: "

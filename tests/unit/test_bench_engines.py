@@ -116,3 +116,21 @@ def test_markdown_names_the_node_and_reads_older_results() -> None:
                        runc="runc version 1.1.5")
     assert "Docker version 20.10.24, containerd 1.6.20, runc version 1.1.5;" in \
         report.markdown(old)
+
+
+def test_probe_says_what_each_row_must_get() -> None:
+    engines = bench("engines")
+    assert engines.probe("main | no GPU | nvhook auto") == "! test -e /dev/nvidia0"
+    gpu0 = engines.probe("slow-nvml | GPU 0 | NVIDIA 1.17.8 legacy")
+    assert "test -e /dev/nvidia0 && ! test -e /dev/nvidia1" in gpu0 and engines.LIB in gpu0
+    assert "test -e /dev/nvidia7" in engines.probe("main | all 8 GPUs | --gpus, nvhook hook")
+
+
+def test_a_failed_check_is_in_the_cell_and_listed() -> None:
+    report = bench("engines_report")
+    bad = series("main | GPU 0 | nvhook auto", "docker", [180.0], [130.0])
+    bad["check"] = "`test -e /dev/nvidia0` failed"
+    run = results(bad)
+    assert "+70 / 80 (check failed)" in report.summary(run)[2]
+    assert "- main | GPU 0 | nvhook auto (docker): `test -e /dev/nvidia0` failed" in \
+        report.markdown(run)
