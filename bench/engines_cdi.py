@@ -1,7 +1,7 @@
 """Podman with CDI in the end-to-end benchmark (`--clients podman`, bench/engines.py).
 
-    podman --cdi-spec-dir DIR run --rm --cgroup-parent /P --device nvidia.com/gpu=0|all IMG
-        /bin/true
+    unshare --mount sh -c 'echo $$ > G/cgroup.procs; mount --bind DIR /etc/cdi; exec podman
+        run --rm --cgroup-parent /G --device nvidia.com/gpu=0|all IMG /bin/true'
 
 Rootful Podman from the test rig (tests/fixtures/clientrig/podman.py: private storage and
 containers.conf, runc, cgroupfs, no network), on the benchmark's node. Two spec directories,
@@ -13,7 +13,10 @@ real node has the kernel's; NVIDIA's spec makes no procfs view at all) and NVIDI
 (`nvidia-ctk cdi generate --driver-root SIM --dev-root SIM`, its hooks `nvidia-cdi-hook`;
 run with the simulated NVML on its library path, /dev read-only so that it makes no device
 node, as tests/fixtures/nvidia_specs.py does). The base is the same podman run without a
-device.
+device, with an empty DIR. Each spec is the only one in its run's /etc/cdi: the bind is in a
+private mount namespace of that podman process (Podman 5.4 has no `--cdi-spec-dir` and
+ignores containers.conf's `cdi_spec_dirs`), over the node root's /etc/cdi (made if missing:
+the root is this run's copy). Never on the host, whose /etc is not the benchmark's to change.
 
 Podman has no daemon: its CPU is the podman process and everything it leaves behind (conmon,
 runc, the spec's hooks, `podman container cleanup`). The client starts in a private cpuacct
@@ -24,13 +27,15 @@ not added again (`Series.grouped`).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import engines as E
 import stacks as S
 
 SPEC = "nvidia.yaml"
-ENTER_CGROUP = 'echo $$ > "$0" && exec "$@"'
+# $0: the group's cgroup.procs, $1: the spec dir, then podman's argv
+IN_GROUP_WITH_SPECS = 'echo $$ > "$0" && mount --bind "$1" /etc/cdi && shift && exec "$@"'
 DEVICES = (("GPU 0", "nvidia.com/gpu=0"), ("all 8 GPUs", "nvidia.com/gpu=all"))
 NVIDIA_CTK_SANDBOX = ("mount --bind -o ro /dev /dev && mount -o remount,bind,ro /dev && "
                       'exec "$@"')
@@ -80,35 +85,41 @@ def start_podman(rig: E.Rig, images: dict[str, Path],
     return client, group
 
 
-def podman_series(client: object, group: E.CpuGroup, row: str, spec_dir: Path | None,
+def podman_series(client: object, group: E.CpuGroup, row: str, spec_dir: Path,
                   device: str | None, image: str) -> E.Series:
+    """`podman run` of `row` in a private mount namespace whose /etc/cdi is `spec_dir`
+    (module docstring)."""
     c: object = client
-    global_flags = ["--cdi-spec-dir", str(spec_dir)] if spec_dir else []
-    argv, env = c.command(*global_flags, "run", "--rm",  # type: ignore[attr-defined]
+    argv, env = c.command("run", "--rm",  # type: ignore[attr-defined]
                           "--cgroup-parent", f"/{c.cgroup_parent}",  # type: ignore[attr-defined]
                           *(["--device", device] if device else []), image, "/bin/true")
-    full = [*c.enter, "/bin/sh", "-c", ENTER_CGROUP,  # type: ignore[attr-defined]
-            str(group.path / "cgroup.procs"), *argv]
+    full = [*c.enter, "/usr/bin/unshare", "--mount", "--propagation",  # type: ignore[attr-defined]
+            "private", "/bin/sh", "-c", IN_GROUP_WITH_SPECS, str(group.path / "cgroup.procs"),
+            str(spec_dir), *argv]
     return E.Series(row, "podman", lambda: full, env, group, grouped=True)
 
 
 def podman_rows(rig: E.Rig, node: object, images: dict[str, Path], stacks: list[S.Stack],
                 sim: Path) -> list[E.Series]:
     """Podman started on `node`, a spec from nvhook (its `auto` stack, else its first) and
-    from NVIDIA 1.20.0 when that stack runs here, and their series."""
+    from NVIDIA 1.20.0 when that stack runs here, and their series: the base (an empty
+    /etc/cdi), then each spec with GPU 0 and all 8. Not on the host (module docstring)."""
+    n: object = node
+    if n.is_host:  # type: ignore[attr-defined]
+        sys.stderr.write("bench: podman runs on a Debian node only (--node sid|trixie): its "
+                         "/etc/cdi is that root's; skipped\n")
+        return []
+    n.path("/etc/cdi").mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
     ours = sorted((st for st in stacks if st.family == "nvhook"),
                   key=lambda st: st.label != "nvhook auto")
     specs = {"nvhook": nvhook_spec(node, ours[0], sim, rig.work / "cdi-nvhook")}
     if any(st.family == "nvidia-1.20" for st in stacks):
         specs["NVIDIA 1.20.0"] = nvidia_spec(node, sim, rig.work / "cdi-nvidia-1.20")
     client, group = start_podman(rig, {E.IMAGE: images[E.IMAGE]},
-                                 node.enter())  # type: ignore[attr-defined]
-    return cdi_rows(client, group, specs)
-
-
-def cdi_rows(client: object, group: E.CpuGroup, specs: dict[str, Path]) -> list[E.Series]:
-    """The base, then each spec (label -> dir) with GPU 0 and all 8."""
-    out = [podman_series(client, group, "main | no GPU | runc (base)", None, None, E.IMAGE)]
+                                 n.enter())  # type: ignore[attr-defined]
+    empty = rig.work / "cdi-none"
+    empty.mkdir()
+    out = [podman_series(client, group, "main | no GPU | runc (base)", empty, None, E.IMAGE)]
     for kind, device in DEVICES:
         for label, spec_dir in specs.items():
             out.append(podman_series(client, group, f"main | {kind} | CDI, {label} spec",

@@ -134,3 +134,10 @@ def test_a_failed_check_is_in_the_cell_and_listed() -> None:
     assert "+70 / 80 (check failed)" in report.summary(run)[2]
     assert "- main | GPU 0 | nvhook auto (docker): `test -e /dev/nvidia0` failed" in \
         report.markdown(run)
+
+
+def test_packages_for_missing_libraries() -> None:
+    node = bench("engines_node")
+    assert node.packages_for(["libtirpc.so.3", "libelf.so.1", "libunknown.so.9"]) == [
+        "libelf1t64", "libtirpc3t64"]
+    assert node.packages_for([]) == []
