@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -62,6 +63,8 @@ class Series:
     error: str = ""
     grouped: bool = False  # the client itself runs in `group` (podman): its rusage is in it
     check: str = ""  # why the container did not get what its row says (`check`), "" if it did
+    # an in-process client (CRI): runs the container's command, (ok, error); argv unused
+    call: Callable[[tuple[str, ...]], tuple[bool, str]] | None = None
 
 
 class CpuGroup:
@@ -102,17 +105,25 @@ class CpuGroup:
                 time.sleep(0.05)
 
 
-def run_once(s: Series) -> tuple[bool, float, float, str]:
-    """(ok, wall ms, CPU ms, error tail) of one client command."""
+TRUE = ("/bin/true",)
+
+
+def run_once(s: Series, command: tuple[str, ...] = TRUE) -> tuple[bool, float, float, str]:
+    """(ok, wall ms, CPU ms, error tail) of one client command running `command` in the
+    container (the series' argv ends with /bin/true: replaced)."""
+    if s.call is not None:
+        return _call_once(s, command)
     with tempfile.TemporaryFile() as err:
-        return _run_once(s, err)
+        return _run_once(s, err, command)
 
 
-def _run_once(s: Series, err: IO[bytes]) -> tuple[bool, float, float, str]:
+def _run_once(s: Series, err: IO[bytes],
+              command: tuple[str, ...]) -> tuple[bool, float, float, str]:
     s.group.settle()
     before = s.group.usage_ns()
     start = time.monotonic()
     argv = s.argv()
+    argv = [*argv[:-1], *command] if argv[-1] == TRUE[0] else argv
     pid = os.posix_spawn(argv[0], argv, s.env, file_actions=[
         (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
@@ -126,6 +137,22 @@ def _run_once(s: Series, err: IO[bytes]) -> tuple[bool, float, float, str]:
     err.seek(0)
     detail = err.read().decode(errors="replace").strip()[-600:]
     return os.waitstatus_to_exitcode(status) == 0, wall, cpu, detail
+
+
+def _call_once(s: Series, command: tuple[str, ...]) -> tuple[bool, float, float, str]:
+    """An in-process client (CRI: bench/engines_cri.py): its CPU is this process's (the gRPC
+    calls and their threads) over the call, plus the daemon side."""
+    assert s.call is not None
+    s.group.settle()
+    before, mine = s.group.usage_ns(), resource.getrusage(resource.RUSAGE_SELF)
+    start = time.monotonic()
+    ok, detail = s.call(command)
+    wall = (time.monotonic() - start) * 1000
+    s.group.settle()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (s.group.usage_ns() - before) / 1e6 + (
+        after.ru_utime - mine.ru_utime + after.ru_stime - mine.ru_stime) * 1000
+    return ok, wall, cpu, detail
 
 
 LIB = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
@@ -146,11 +173,8 @@ def check(series: list[Series], log: Callable[[str], None]) -> None:
     """Each series once with `probe` instead of /bin/true: a stack that starts containers
     without their GPUs (or gives GPUs to a plain one) is named, not timed as if it worked."""
     for s in series:
-        argv = s.argv()
-        assert argv[-1] == "/bin/true", argv
         test = probe(s.row)
-        ok, _, _, detail = run_once(replace(s, argv=lambda a=argv, t=test: [  # type: ignore[misc]
-            *a[:-1], "/bin/sh", "-c", t]))
+        ok, _, _, detail = run_once(s, ("/bin/sh", "-c", test))
         if not ok:
             s.check = f"`{test}` failed: {detail[-200:]}"
             log(f"check: {s.row} ({s.client}): {s.check}")
@@ -269,6 +293,10 @@ def stack_rows(scenario: str, stacks: list[S.Stack], kinds: list[tuple[str, str 
             if "ctr" in ctx:
                 daemon, group = ctx["ctr"]
                 out.append(ctr_series(daemon, group, row, st.runtime, gpu_env(devices), image))
+            if "cri" in ctx and image == IMAGE:  # the CRI node has the demo image only
+                from engines_cri import cri_series
+
+                out.append(cri_series(*ctx["cri"], row, st.name, gpu_env(devices)))
     return out
 
 
@@ -286,6 +314,10 @@ def base_rows(scenario: str, image: str, ctx: dict[str, tuple[object, CpuGroup]]
         if "ctr" in ctx:
             d, g = ctx["ctr"]
             out.append(ctr_series(d, g, row, runtime, (), image))
+        if "cri" in ctx and image == IMAGE:
+            from engines_cri import cri_series
+
+            out.append(cri_series(*ctx["cri"], row, "runc-sh" if runtime else "", ()))
     return out
 
 

@@ -90,6 +90,11 @@ def build(args: object, work: Path, rig: E.Rig, node: Any,
                                              {E.IMAGE: imgs[E.IMAGE]}, enter)
     if "ctr" in clients:
         ctx["ctr"] = E.start_containerd(rig, imgs, enter)
+    if "cri" in clients:
+        from engines_cri import start_cri
+
+        handlers = {st.name: st.runtime for st in (*main, *slow, *persist)}
+        ctx["cri"] = start_cri(rig, imgs[E.IMAGE], {**handlers, "runc-sh": runc_sh}, enter)
     plain = {k: v for k, v in ctx.items() if k != "docker-B"}
     series = [*E.base_rows("main", E.IMAGE, plain, runc_sh)]
     if "podman" in clients and "main" in scenarios:

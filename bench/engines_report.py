@@ -8,7 +8,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-CLIENTS = (("docker", "docker run"), ("ctr", "ctr run"), ("podman", "podman run"))
+CLIENTS = (("docker", "docker run"), ("ctr", "ctr run"), ("cri", "CRI pod"),
+           ("podman", "podman run"))
 
 
 def _median(values: list[float]) -> float | None:
@@ -114,7 +115,8 @@ def goals(results: dict[str, Any]) -> list[str]:
 # the summary's stack columns; a row maps each to the (series row, client) it shows
 COLUMNS = ("nvhook auto", "nvhook legacy", "NVIDIA 1.17.8 legacy", "NVIDIA 1.20.0 jit-cdi")
 KINDS = ("no GPU", "GPU 0", "all 8 GPUs")
-RUNTIME_PATHS = (("docker", "`docker run --runtime`"), ("ctr", "`ctr run --runc-binary`"))
+RUNTIME_PATHS = (("docker", "`docker run --runtime`"), ("ctr", "`ctr run --runc-binary`"),
+                 ("cri", "CRI pod (handler)"))
 SummaryRow = tuple[str, str, dict[str, tuple[str, str]]]
 
 
