@@ -50,7 +50,8 @@ def start_cri(rig: E.Rig, rootfs: Path, handlers: dict[str, Path],
     group = E.CpuGroup(unique_name("nvhook-bench-cri"))
     rig.closers += [lambda: remove_cgroup_tree(node.cgroup), group.remove, node.stop]
     node.start()
-    group.adopt(node._daemon.pid)  # type: ignore[union-attr]
+    assert node._daemon is not None
+    group.adopt(node._daemon.pid)
     node.import_images()
     return node, group
 

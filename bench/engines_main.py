@@ -75,8 +75,9 @@ def build(args: object, work: Path, rig: E.Rig, node: Any,
                             "slow", modes, py, nvhook, unusable)
     persist: list[S.Stack] = []
     if "persist-nvml" in scenarios:
-        persist = S.all_stacks(work, make_sim(work, "sim-persist", 8, a.persist_delay),
-                               "persist", modes, py, nvhook, unusable)  # type: ignore[attr-defined]
+        persist = S.all_stacks(work, make_sim(work, "sim-persist", 8,
+                                              a.persist_delay),  # type: ignore[attr-defined]
+                               "persist", modes, py, nvhook, unusable)
     runc_sh = S.runc_wrapper(work)
     ctx: dict[str, tuple[object, E.CpuGroup]] = {}
     hook_a = next((st.hook_dir for st in main if st.family == "nvhook"), None)
