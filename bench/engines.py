@@ -1,10 +1,11 @@
 """End-to-end benchmark: `docker run` and `ctr run` through nvhook's and NVIDIA's stacks.
 
     sudo .venv/bin/python bench/run.py --engines [-n 20]
-        [--scenarios main,slow-nvml,large-image,persist-nvml]
-                                                 [--clients docker,ctr] [--modes legacy,spec]
+        [--scenarios main,slow-nvml,large-image,persist-nvml] [--clients docker,ctr,cri,podman]
+        [--modes legacy,spec] [--node host|sid|trixie]
 
-Starts private daemons (tests/fixtures/clientrig: Debian's dockerd and containerd, own data
+On `--node` (bench/engines_node.py: this host's Debian 12 engines, or a Debian node's today's
+ones), starts private daemons (tests/fixtures/clientrig: dockerd and containerd, own data
 roots and sockets, loopback only, stopped by pid): dockerd A with every stack as a runtime
 and nvhook's hook on its PATH (`docker run --gpus`), dockerd B with NVIDIA 1.17.8's hook on
 its PATH (its `--gpus` series), one containerd for `ctr run --runc-binary`. The demo rootfs
@@ -13,7 +14,9 @@ is imported as an image (and, for the large-image scenario, a copy with 1,000 li
 warm-up round; a run is `docker run --rm --network none IMG /bin/true` (or `ctr run --rm`).
 Wall: the client command. CPU: the client's rusage plus the daemon side (the cpuacct usage of
 a private cgroup holding the daemon, its shims, the runtime calls and hooks), read once the
-runtime's last call (delete) is done. "Added" = a series' median minus its client's (and
+runtime's last call (delete) is done. `--clients cri` (bench/engines_cri.py) and `podman`
+(CDI: bench/engines_cdi.py) add their series; `check` runs each series once with a probe
+before the timing. "Added" = a series' median minus its client's (and
 daemon's) plain-runc median in the same run. Scenarios (bench/stacks.py for the stacks):
 
 - main: 8 simulated GPUs; per stack a non-GPU container, GPU 0 and all 8 through the runtime
