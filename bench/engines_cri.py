@@ -23,15 +23,20 @@ from pathlib import Path
 import engines as E
 
 
-def handler_toml(name: str, runtime: Path) -> str:
-    """A CRI runtime handler `name` running `runtime` (containerd config version 2; 1.7 and
-    2.x read it too)."""
+def handler_toml(name: str, runtime: Path | None) -> str:
+    """A CRI runtime handler `name` running `runtime` (None: the shim's runc; containerd
+    config version 2, which 1.7 and 2.x read too)."""
     table = f'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes."{name}"]'
-    return (f'{table}\n  runtime_type = "io.containerd.runc.v2"\n'
-            f'{table[:-1]}.options]\n  BinaryName = "{runtime}"\n')
+    text = f'{table}\n  runtime_type = "io.containerd.runc.v2"\n'
+    return text if runtime is None else \
+        text + f'{table[:-1]}.options]\n  BinaryName = "{runtime}"\n'
 
 
-def start_cri(rig: E.Rig, rootfs: Path, handlers: dict[str, Path],
+# containerd 1.7 defines no `runc` handler once the config has a runtimes table of its own
+DEFAULT = {"runc": None}
+
+
+def start_cri(rig: E.Rig, rootfs: Path, handlers: dict[str, Path | None],
               enter: tuple[str, ...]) -> tuple[object, E.CpuGroup]:
     """The CRI containerd with `handlers` (name: runtime), its images (the busybox rootfs as
     the tests' image, and pause) imported, in a CPU group."""
@@ -45,8 +50,8 @@ def start_cri(rig: E.Rig, rootfs: Path, handlers: dict[str, Path],
     images = build_images(work / "images", rootfs)
     node = CriNode(work / "node", api, images, Timings(), enter=enter)
     node.workdir.mkdir(parents=True)
-    node.config.write_text(private_config(DEBIAN_STOCK, node.workdir) + "\n"
-                           + "\n".join(handler_toml(k, v) for k, v in handlers.items()))
+    tables = [handler_toml(k, v) for k, v in {**DEFAULT, **handlers}.items()]
+    node.config.write_text(private_config(DEBIAN_STOCK, node.workdir) + "\n" + "\n".join(tables))
     group = E.CpuGroup(unique_name("nvhook-bench-cri"))
     rig.closers += [lambda: remove_cgroup_tree(node.cgroup), group.remove, node.stop]
     node.start()

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests._compat import tomllib
+
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 
 
@@ -141,3 +143,14 @@ def test_packages_for_missing_libraries() -> None:
     assert node.packages_for(["libtirpc.so.3", "libelf.so.1", "libunknown.so.9"]) == [
         "libelf1t64", "libtirpc3t64"]
     assert node.packages_for([]) == []
+
+
+def test_cri_handler_toml() -> None:
+    cri = bench("engines_cri")
+    doc = tomllib.loads(cri.handler_toml("nvhook-auto-main", Path("/tmp/nvb-x/runtime")))
+    table = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    assert table == {"nvhook-auto-main": {"runtime_type": "io.containerd.runc.v2",
+                                          "options": {"BinaryName": "/tmp/nvb-x/runtime"}}}
+    plain = tomllib.loads(cri.handler_toml("runc", None))
+    assert plain["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"] == {
+        "runc": {"runtime_type": "io.containerd.runc.v2"}}
