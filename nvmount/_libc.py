@@ -1,5 +1,13 @@
 """The only place that calls libc and raw syscalls through ctypes.
 
+It uses ctypes' C module `_ctypes` alone, with the five C types it needs declared here:
+`ctypes/__init__.py` (its ~60 classes, `struct`, `types`, the function-type cache) cost every
+GPU start about 2 ms of CPU before a single call. `_ctypes`' names used here (`dlopen`,
+`CFuncPtr`, `_SimpleCData`, `Structure`, `byref`, `sizeof`, `get_errno` and the FUNCFLAG
+values) are the ones `ctypes/__init__.py` itself is built on, unchanged from CPython 3.9 to
+3.14; `tests/unit/test_libc.py` checks them against `ctypes`. Arguments built with `ctypes`
+(`nvmount._bpf`) pass through unchanged: a call converts any C data object.
+
 Every wrapper retries EINTR and raises `OSError(errno, strerror, path)`; callers translate
 that once into an `NvmountError` at their stage boundary. A `Libc` is built by the caller
 (the CLI) and passed down: there is no module-level library handle.
@@ -7,13 +15,24 @@ that once into an `NvmountError` at their stage boundary. A `Libc` is built by t
 
 from __future__ import annotations
 
-import ctypes
 import errno as _errno
 import os
-import struct
+from _ctypes import (  # the C module: see the module doc
+    FUNCFLAG_CDECL,
+    FUNCFLAG_USE_ERRNO,
+    CFuncPtr,
+    Structure,
+    _SimpleCData,
+    byref,
+    dlopen,
+    get_errno,
+    sizeof,
+)
+from _struct import pack, unpack_from  # struct.py only re-exports these
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the hook ~2 ms
 if TYPE_CHECKING:
+    from _ctypes import Array
     from collections.abc import Callable
 
 # Syscall numbers that glibc 2.36 does not wrap. The new-mount-API numbers are the same on
@@ -108,21 +127,72 @@ CGROUP2_SUPER_MAGIC = 0x63677270
 TMPFS_MAGIC = 0x01021994
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [
-        ("flags", ctypes.c_uint64),
-        ("mode", ctypes.c_uint64),
-        ("resolve", ctypes.c_uint64),
-    ]
+# The C types, as ctypes declares them on LP64 Linux (the only ABI of _ARCH_SYSCALLS); mypy
+# reads ctypes' own (typeshed types them only there)
+if TYPE_CHECKING:
+    from ctypes import c_char, c_int, c_long, c_uint, c_ulong
+else:
+    class c_int(_SimpleCData):
+        _type_ = "i"
+
+    class c_uint(_SimpleCData):
+        _type_ = "I"
+
+    class c_long(_SimpleCData):
+        _type_ = "l"
+
+    class c_ulong(_SimpleCData):  # also size_t and uint64_t on LP64
+        _type_ = "L"
+
+    class c_char(_SimpleCData):
+        _type_ = "c"
+
+c_size_t = c_uint64 = c_ulong
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
+class _Function(CFuncPtr):  # a libc function: cdecl, errno kept
+    _flags_ = FUNCFLAG_CDECL | FUNCFLAG_USE_ERRNO
+    _restype_ = c_int
+
+
+class _Handle:
+    """What `_Function((name, handle))` looks a symbol up in: this process's libc (dlopen of
+    the main program, as `ctypes.CDLL(None)`)."""
+
+    def __init__(self) -> None:
+        self._handle = dlopen(None, 0)  # type: ignore[arg-type]  # RTLD_LOCAL, as CDLL(None)
+
+    def __getattr__(self, name: str) -> _Function:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        func = _Function((name, self))  # type: ignore[arg-type]  # it reads `_handle` only
+        setattr(self, name, func)
+        return func
+
+
+def create_string_buffer(size: int, init: bytes = b"") -> Array[c_char]:
+    """A zeroed char[size] (ctypes.create_string_buffer), starting with `init`."""
+    buf = (c_char * size)()
+    if init:
+        buf.raw = init
+    return buf
+
+
+class _OpenHow(Structure):
+    _fields_ = (
+        ("flags", c_uint64),
+        ("mode", c_uint64),
+        ("resolve", c_uint64),
+    )
+
+
+class _MountAttr(Structure):
+    _fields_ = (
+        ("attr_set", c_uint64),
+        ("attr_clr", c_uint64),
+        ("propagation", c_uint64),
+        ("userns_fd", c_uint64),
+    )
 
 
 def _b(path: str | bytes | None) -> bytes | None:
@@ -135,9 +205,9 @@ class Libc:
     """Thin, typed wrappers over the syscalls the engine needs."""
 
     def __init__(self) -> None:
-        self._lib = ctypes.CDLL(None, use_errno=True)
-        self._syscall = self._lib.syscall
-        self._syscall.restype = ctypes.c_long
+        self._lib = _Handle()
+        self._syscall = _Function(("syscall", self._lib))  # type: ignore[arg-type]
+        self._syscall.restype = c_long
         machine = os.uname().machine  # = platform.machine() on Linux, without its import
         if machine not in _ARCH_SYSCALLS:
             raise OSError(_errno.ENOSYS, f"unsupported architecture {machine}")
@@ -149,18 +219,18 @@ class Libc:
             rc = fn()
             if rc != -1:
                 return rc
-            err = ctypes.get_errno()
+            err = get_errno()
             if err != _errno.EINTR:
                 raise OSError(err, f"{what}: {os.strerror(err)}", path)
 
     def _sys(self, name: str, *args: object, path: str | None = None) -> int:
         """`_call` of syscall(2), inlined: the engine makes ~20 of these per mount."""
-        nr = ctypes.c_long(self._nr[name])
+        nr = c_long(self._nr[name])
         while True:
             rc = int(self._syscall(nr, *args))
             if rc != -1:
                 return rc
-            err = ctypes.get_errno()
+            err = get_errno()
             if err != _errno.EINTR:
                 raise OSError(err, f"{name}: {os.strerror(err)}", path)
 
@@ -171,8 +241,8 @@ class Libc:
 
     def prctl(self, option: int, *args: object) -> int:
         """prctl(2) with caller-built ctypes arguments (unused ones given as 0)."""
-        padded = [*args, *(ctypes.c_ulong(0),) * (4 - len(args))]
-        return self._call(lambda: int(self._lib.prctl(ctypes.c_int(option), *padded)),
+        padded = [*args, *(c_ulong(0),) * (4 - len(args))]
+        return self._call(lambda: int(self._lib.prctl(c_int(option), *padded)),
                           f"prctl {option}")
 
     # -- namespaces -----------------------------------------------------------------------
@@ -196,7 +266,7 @@ class Libc:
     ) -> None:
         src, tgt, fst, dat = _b(source), _b(target), _b(fstype), _b(data)
         self._call(
-            lambda: int(self._lib.mount(src, tgt, fst, ctypes.c_ulong(flags), dat)),
+            lambda: int(self._lib.mount(src, tgt, fst, c_ulong(flags), dat)),
             "mount",
             target,
         )
@@ -207,7 +277,7 @@ class Libc:
 
     # -- new mount API --------------------------------------------------------------------
     def open_tree(self, dirfd: int, path: str, flags: int) -> int:
-        return self._sys("open_tree", dirfd, _b(path), ctypes.c_uint(flags), path=path)
+        return self._sys("open_tree", dirfd, _b(path), c_uint(flags), path=path)
 
     def move_mount(
         self, from_dirfd: int, from_path: str, to_dirfd: int, to_path: str, flags: int
@@ -218,7 +288,7 @@ class Libc:
             _b(from_path),
             to_dirfd,
             _b(to_path),
-            ctypes.c_uint(flags),
+            c_uint(flags),
             path=to_path or None,
         )
 
@@ -231,20 +301,20 @@ class Libc:
             "mount_setattr",
             dirfd,
             _b(path),
-            ctypes.c_uint(flags),
-            ctypes.byref(attr),
-            ctypes.c_size_t(ctypes.sizeof(attr)),
+            c_uint(flags),
+            byref(attr),
+            c_size_t(sizeof(attr)),
             path=path or None,
         )
 
     def fsopen(self, fstype: str, flags: int = FSOPEN_CLOEXEC) -> int:
-        return self._sys("fsopen", _b(fstype), ctypes.c_uint(flags), path=fstype)
+        return self._sys("fsopen", _b(fstype), c_uint(flags), path=fstype)
 
     def fsconfig(self, fd: int, cmd: int, key: str | None, value: str | None) -> None:
-        self._sys("fsconfig", fd, ctypes.c_uint(cmd), _b(key), _b(value), 0)
+        self._sys("fsconfig", fd, c_uint(cmd), _b(key), _b(value), 0)
 
     def fsmount(self, fd: int, flags: int, attr_flags: int) -> int:
-        return self._sys("fsmount", fd, ctypes.c_uint(flags), ctypes.c_uint(attr_flags))
+        return self._sys("fsmount", fd, c_uint(flags), c_uint(attr_flags))
 
     # -- paths ----------------------------------------------------------------------------
     def openat2(self, dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = 0) -> int:
@@ -253,58 +323,58 @@ class Libc:
             "openat2",
             dirfd,
             _b(path),
-            ctypes.byref(how),
-            ctypes.c_size_t(ctypes.sizeof(how)),
+            byref(how),
+            c_size_t(sizeof(how)),
             path=path,
         )
 
     def renameat2(self, olddirfd: int, old: str, newdirfd: int, new: str, flags: int) -> None:
-        self._sys("renameat2", olddirfd, _b(old), newdirfd, _b(new), ctypes.c_uint(flags),
+        self._sys("renameat2", olddirfd, _b(old), newdirfd, _b(new), c_uint(flags),
                   path=new)
 
     def fstatfs_type(self, fd: int) -> int:
         """The f_type (filesystem magic) of an open fd."""
-        buf = ctypes.create_string_buffer(256)
+        buf = create_string_buffer(256)
         self._call(lambda: int(self._lib.fstatfs(fd, buf)), "fstatfs")
-        return int(struct.unpack_from("l", buf.raw, 0)[0])
+        return int(unpack_from("l", buf.raw, 0)[0])
 
     # -- mount facts (instead of reading mountinfo) ---------------------------------------
     def mount_id_unique(self, fd: int) -> int | None:
         """The 64-bit unique id of the mount `fd` is on (statx STATX_MNT_ID_UNIQUE), or None
         when the kernel does not report one (before Linux 6.8)."""
-        buf = ctypes.create_string_buffer(_STATX_SIZE)
-        self._sys("statx", fd, b"", AT_EMPTY_PATH, ctypes.c_uint(STATX_MNT_ID_UNIQUE), buf)
-        mask, = struct.unpack_from("=I", buf.raw, 0)
+        buf = create_string_buffer(_STATX_SIZE)
+        self._sys("statx", fd, b"", AT_EMPTY_PATH, c_uint(STATX_MNT_ID_UNIQUE), buf)
+        mask, = unpack_from("=I", buf.raw, 0)
         if not mask & STATX_MNT_ID_UNIQUE:
             return None
-        return int(struct.unpack_from("=Q", buf.raw, _STATX_MNT_ID)[0])
+        return int(unpack_from("=Q", buf.raw, _STATX_MNT_ID)[0])
 
     def mount_propagation(self, mnt_id: int) -> tuple[int, int]:
         """(propagation flags MS_SHARED/MS_SLAVE/..., shared peer group or 0) of the mount with
         unique id `mnt_id` in the current mount namespace (statmount STATMOUNT_MNT_BASIC).
         ENOENT: no such mount in this namespace; ENOSYS before Linux 6.8."""
-        req = ctypes.create_string_buffer(
-            struct.pack("=IIQQ", _MNT_ID_REQ_SIZE_VER0, 0, mnt_id, STATMOUNT_MNT_BASIC),
-            _MNT_ID_REQ_SIZE_VER0)
-        out = ctypes.create_string_buffer(_STATMOUNT_SIZE)
-        self._sys("statmount", req, out, ctypes.c_size_t(_STATMOUNT_SIZE), ctypes.c_uint(0))
-        mask, = struct.unpack_from("=Q", out.raw, 8)
+        req = create_string_buffer(
+            _MNT_ID_REQ_SIZE_VER0,
+            pack("=IIQQ", _MNT_ID_REQ_SIZE_VER0, 0, mnt_id, STATMOUNT_MNT_BASIC))
+        out = create_string_buffer(_STATMOUNT_SIZE)
+        self._sys("statmount", req, out, c_size_t(_STATMOUNT_SIZE), c_uint(0))
+        mask, = unpack_from("=Q", out.raw, 8)
         if not mask & STATMOUNT_MNT_BASIC:
             raise OSError(_errno.ENOSYS, "statmount: no mount facts in the answer")
-        propagation, peer_group = struct.unpack_from("=QQ", out.raw, _STATMOUNT_PROPAGATION)
+        propagation, peer_group = unpack_from("=QQ", out.raw, _STATMOUNT_PROPAGATION)
         return int(propagation), int(peer_group)
 
     # -- filesystem ids -------------------------------------------------------------------
     def set_fs_ids(self, uid: int, gid: int) -> tuple[int, int]:
         """setfsgid then setfsuid (this thread only; the hook has one); the previous
         (fsuid, fsgid). They report no errors: PermissionError unless both took effect."""
-        old_gid = int(self._lib.setfsgid(ctypes.c_uint(gid)))
-        old_uid = int(self._lib.setfsuid(ctypes.c_uint(uid)))
-        now = (int(self._lib.setfsuid(ctypes.c_uint(0xFFFFFFFF))),
-               int(self._lib.setfsgid(ctypes.c_uint(0xFFFFFFFF))))
+        old_gid = int(self._lib.setfsgid(c_uint(gid)))
+        old_uid = int(self._lib.setfsuid(c_uint(uid)))
+        now = (int(self._lib.setfsuid(c_uint(0xFFFFFFFF))),
+               int(self._lib.setfsgid(c_uint(0xFFFFFFFF))))
         if now != (uid, gid):
-            self._lib.setfsuid(ctypes.c_uint(old_uid))
-            self._lib.setfsgid(ctypes.c_uint(old_gid))
+            self._lib.setfsuid(c_uint(old_uid))
+            self._lib.setfsgid(c_uint(old_gid))
             raise PermissionError(_errno.EPERM, f"setfsuid {uid}/setfsgid {gid}: not permitted")
         return old_uid, old_gid
 

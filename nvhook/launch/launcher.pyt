@@ -62,8 +62,9 @@ if _KIND == "hook":
         os._exit(0)
     from nvhook.launch.pack import use_pack
 
-    # a GPU prestart's modules from the pack `nvhook install` wrote, if it is current
-    use_pack(nvhook.__file__.rsplit("/", 2)[0])
+    # a GPU prestart's modules from the pack `nvhook install` wrote, if it is current: loaded
+    # at once, in an order where each finds its imports loaded (no import-system search)
+    use_pack(nvhook.__file__.rsplit("/", 2)[0], "hook")
     from nvhook.cli import main
 
     _rc = main(cwd=_cwd, stdin=_stdin)

@@ -143,7 +143,8 @@ def launched(args: list[str]) -> None:
     from nvhook.launch.pack import use_pack
 
     # a GPU create's modules from the pack `nvhook install` wrote, if it is current
-    use_pack(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    use_pack(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+             "create")
     rc = main([launcher, *rest], recorded=recorded or None, facts=facts or None)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -99,6 +99,7 @@ def test_gpu_container_start_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tm
     # a cgroupfs path (runc's default driver): no systemd registration, no D-Bus, no socket
     assert not {m for m in modules if m.startswith("nvmount.systemd")} | (modules & {"socket"})
     assert not dataclasses
+    assert "ctypes" not in modules  # nvmount._libc uses the C module `_ctypes` alone
     # the pack's hook list is what a real GPU prestart imports (the launcher's sequence)
     ours = {m for m in modules if m.startswith(("nvhook", "nvmount"))} - {"nvhook.launch.pack"}
     assert ours == set(pack.HOOK_MODULES), (

@@ -65,18 +65,22 @@ def _tree(tmp_path: Path) -> Path:
     return base
 
 
-def _run(base: Path, code: str) -> str:
-    prog = (f"import sys\nsys.path[:0] = [{str(REPO)!r}]\n"
-            f"from nvhook.launch.pack import use_pack\nok = use_pack({str(base)!r})\n"
-            f"sys.path[:0] = [{str(base)!r}]\nfor m in [m for m in sys.modules "
-            "if m.startswith('nvhook')]:\n    del sys.modules[m]\n" + code)
+def _run(base: Path, code: str, preload: str = "") -> str:
+    """`code` after use_pack(base, preload), pack.py loaded under another name: no nvhook
+    module is loaded before the pack's."""
+    prog = ("import sys, importlib.util\n"
+            f"spec = importlib.util.spec_from_file_location('packmod', {pack.__file__!r})\n"
+            "packmod = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(packmod)\n"
+            f"ok = packmod.use_pack({str(base)!r}, {preload!r})\n"
+            f"sys.path[:0] = [{str(base)!r}]\n" + code)
     return subprocess.run([sys.executable, "-IS", "-c", prog], capture_output=True, text=True,
                           check=True).stdout.strip()
 
 
-def _write(base: Path, modules: tuple[str, ...]) -> Path:
+def _write(base: Path, modules: tuple[str, ...],
+           preload: dict[str, tuple[str, ...]] | None = None) -> Path:
     path = base / "nvhook" / pack.PACK_NAME
-    path.write_bytes(pack.build(str(base), modules))
+    path.write_bytes(pack.build(str(base), modules, preload or {}))
     path.chmod(0o644)
     return path
 
@@ -103,8 +107,11 @@ def test_pack_refused(tmp_path: Path, damage: str) -> None:
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:40])
     else:
-        fmt, _, table = marshal.loads(path.read_bytes())
-        path.write_bytes(marshal.dumps((fmt, b"\0\0\r\n", table)))
+        data = path.read_bytes()
+        length = int.from_bytes(data[:8], "little")
+        fmt, _, orders, index = marshal.loads(data[8:8 + length])
+        head = marshal.dumps((fmt, b"\0\0\r\n", orders, index))
+        path.write_bytes(len(head).to_bytes(8, "little") + head + data[8 + length:])
     assert _run(base, "import nvhook.leaf\nprint(ok, nvhook.leaf.VALUE)") == "False 1"
 
 
@@ -115,3 +122,45 @@ def test_pack_script_writes_with_the_given_interpreter(tmp_path: Path) -> None:
     # the script packs PACKED: this tree has not got them, so it fails in one line
     assert out.returncode == 1 and not (base / "nvhook" / pack.PACK_NAME).exists()
     assert len(out.stderr.splitlines()) == 1 and "No such file" in out.stderr
+
+
+def _chain(tmp_path: Path) -> Path:
+    """nvhook.a imports nvhook.b at module level, nvhook.b imports nvhook.c in a function."""
+    base = _tree(tmp_path)
+    (base / "nvhook/a.py").write_text("import sys\nfrom nvhook.b import B\n"
+                                      "SEEN = 'nvhook.b' in sys.modules\nA = B + 1\n")
+    (base / "nvhook/b.py").write_text("TYPE_CHECKING = False\nif TYPE_CHECKING:\n"
+                                      "    import nvhook.a\nB = 1\n"
+                                      "def later():\n    import nvhook.c\n")
+    (base / "nvhook/c.py").write_text("C = 3\n")
+    return base
+
+
+def test_preload_order_puts_what_a_module_imports_first(tmp_path: Path) -> None:
+    base = _chain(tmp_path)
+    mods = ("nvhook", "nvhook.a", "nvhook.b", "nvhook.c", "nvhook.leaf")
+    order = pack.preload_order(str(base), mods)
+    assert sorted(order) == sorted(mods)
+    assert order.index("nvhook") < order.index("nvhook.b") < order.index("nvhook.a")
+
+
+def test_preload_loads_the_list_at_once_from_the_pack(tmp_path: Path) -> None:
+    base = _chain(tmp_path)
+    mods = ("nvhook", "nvhook.a", "nvhook.b", "nvhook.leaf")
+    _write(base, mods, {"hook": mods})
+    show = ("print(ok, sorted(m for m in sys.modules if m.startswith('nvhook.')), "
+            "type(sys.modules['nvhook.a'].__spec__.loader).__name__, "
+            "sys.modules['nvhook'].a.A, sys.modules['nvhook.a'].__file__.endswith('a.py'))")
+    out = _run(base, show, "hook")
+    assert out == "True ['nvhook.a', 'nvhook.b', 'nvhook.leaf'] PackFinder 2 True"
+
+
+def test_preload_stops_at_a_stale_module_and_the_rest_imports_normally(tmp_path: Path) -> None:
+    base = _chain(tmp_path)
+    mods = ("nvhook", "nvhook.a", "nvhook.b", "nvhook.leaf")
+    _write(base, mods, {"hook": mods})
+    (base / "nvhook/b.py").write_text("B = 41\n")  # edited after the pack
+    show = ("import sys\nbefore = sorted(m for m in sys.modules if m.startswith('nvhook.'))\n"
+            "import nvhook.a\nprint(ok, before, nvhook.a.A, "
+            "type(nvhook.a.__spec__.loader).__name__)")
+    assert _run(base, show, "hook") == "True [] 42 PackFinder"
