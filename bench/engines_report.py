@@ -81,7 +81,9 @@ def _ratio(a: float | None, b: float | None) -> str:
 def goals(results: dict[str, Any]) -> list[str]:
     idx = index(results)
     modes = results["setup"]["modes"]
-    out = ["Ratios of added wall time (nvhook / NVIDIA) from this run, docker | ctr:", ""]
+    paths = [c for c in clients(results) if c[0] != "podman"]
+    out = ["Ratios of added wall time (nvhook / NVIDIA) from this run, "
+           + " | ".join(c for c, _ in paths) + ":", ""]
     cdi = [f"- podman `--device` (CDI), {kind}, nvhook's spec / NVIDIA 1.20.0's: " + _ratio(
         added(idx, f"main | {kind} | CDI, nvhook spec", "podman"),
         added(idx, f"main | {kind} | CDI, NVIDIA 1.20.0 spec", "podman"))
@@ -96,8 +98,8 @@ def goals(results: dict[str, Any]) -> list[str]:
             parts = []
             for peer in ("NVIDIA 1.17.8 legacy", "NVIDIA 1.20.0 jit-cdi"):
                 theirs = f"{scenario} | {kind} | {peer}"
-                r = [_ratio(added(idx, ours, c), added(idx, theirs, c)) for c, _ in CLIENTS]
-                parts.append(f"vs {peer.split(' ')[1]} {r[0]} | {r[1]}")
+                r = [_ratio(added(idx, ours, c), added(idx, theirs, c)) for c, _ in paths]
+                parts.append(f"vs {peer.split(' ')[1]} " + " | ".join(r))
             out.append(f"- {scenario}, {kind}, nvhook {mode}: " + "; ".join(parts))
     for kind in ("GPU 0", "all 8 GPUs"):
         ours = added(idx, f"main | {kind} | --gpus, nvhook hook", "docker")
