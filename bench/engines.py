@@ -13,7 +13,8 @@ is imported as an image (and, for the large-image scenario, a copy with 1,000 li
 20 directories: nvhook.dev.sim.image). Every series runs once per round, round-robin, after a
 warm-up round; a run is `docker run --rm --network none IMG /bin/true` (or `ctr run --rm`).
 Wall: the client command. CPU: the client's rusage plus the daemon side (the cpuacct usage of
-a private cgroup holding the daemon, its shims, the runtime calls and hooks), read once the
+a private cgroup holding the daemon, its shims, the runtime calls and hooks, plus the daemon's
+cgroup parent of containers, where `runc init` runs createContainer hooks), read once the
 runtime's last call (delete) is done. `--clients cri` (bench/engines_cri.py) and `podman`
 (CDI: bench/engines_cdi.py) add their series; `check` runs each series once with a probe
 before the timing. "Added" = a series' median minus its client's (and
@@ -74,10 +75,13 @@ class CpuGroup:
     """A private cpuacct cgroup for a daemon and everything it starts (shims, runtimes,
     hooks): CPU time of the daemon side of a run."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, containers: str = "") -> None:
         self.path = CPUACCT / name
         self.path.mkdir()
         self.baseline = 0
+        # the daemon's cgroup parent for containers: `runc init` joins the container's cgroup
+        # before it runs createContainer hooks (NVIDIA 1.20's six), so their CPU is there
+        self.containers = CPUACCT / containers if containers else None
 
     def adopt(self, pid: int) -> None:
         from tests.fixtures.clientrig.process import descendants
@@ -91,7 +95,12 @@ class CpuGroup:
         return [p for f in self.path.rglob("cgroup.procs") for p in f.read_text().split()]
 
     def usage_ns(self) -> int:
-        return int((self.path / "cpuacct.usage").read_text())
+        """The group's CPU and its daemon's containers' (v1 cpuacct counts a removed child's
+        usage in its parent)."""
+        total = int((self.path / "cpuacct.usage").read_text())
+        if self.containers is not None and (self.containers / "cpuacct.usage").exists():
+            total += int((self.containers / "cpuacct.usage").read_text())
+        return total
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until only the daemon's own processes are left (the last runtime call done)."""
@@ -223,7 +232,7 @@ def start_docker(rig: Rig, name: str, runtimes: dict[str, Path], path_dir: Path 
     daemon = DockerDaemon(rig.work / name, settings={"runtimes": {
         k: {"path": str(v)} for k, v in runtimes.items()}},
         extra_path=(path_dir,) if path_dir else (), enter=enter)
-    group = CpuGroup(unique_name(f"nvhook-bench-{name}"))
+    group = CpuGroup(unique_name(f"nvhook-bench-{name}"), daemon.cgroup_parent)
     rig.closers += [lambda: remove_cgroup_tree(daemon.cgroup_parent), group.remove, daemon.stop]
     daemon.start()
     group.adopt(daemon._daemon.pid)  # type: ignore[union-attr]
@@ -239,7 +248,7 @@ def start_containerd(rig: Rig, images: dict[str, Path],
     from tests.fixtures.clientrig.process import unique_name
 
     daemon = ContainerdDaemon(rig.work / "containerd", enter=enter)
-    group = CpuGroup(unique_name("nvhook-bench-ctrd"))
+    group = CpuGroup(unique_name("nvhook-bench-ctrd"), daemon.namespace)
     rig.closers += [lambda: remove_cgroup_tree(daemon.namespace), group.remove, daemon.stop]
     daemon.start()
     group.adopt(daemon._daemon.pid)  # type: ignore[union-attr]

@@ -52,7 +52,7 @@ def start_cri(rig: E.Rig, rootfs: Path, handlers: dict[str, Path | None],
     node.workdir.mkdir(parents=True)
     tables = [handler_toml(k, v) for k, v in {**DEFAULT, **handlers}.items()]
     node.config.write_text(private_config(DEBIAN_STOCK, node.workdir) + "\n" + "\n".join(tables))
-    group = E.CpuGroup(unique_name("nvhook-bench-cri"))
+    group = E.CpuGroup(unique_name("nvhook-bench-cri"), node.cgroup)  # the pods' parent
     rig.closers += [lambda: remove_cgroup_tree(node.cgroup), group.remove, node.stop]
     node.start()
     assert node._daemon is not None
