@@ -154,3 +154,31 @@ def test_cri_handler_toml() -> None:
     plain = tomllib.loads(cri.handler_toml("runc", None))
     assert plain["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"] == {
         "runc": {"runtime_type": "io.containerd.runc.v2"}}
+
+
+def test_podman_series_binds_its_spec_dir_in_its_own_mount_namespace() -> None:
+    cdi = bench("engines_cdi")
+
+    class Client:
+        enter = ("/usr/bin/nsenter", "--target=1", "--mount", "--")
+        cgroup_parent = "nvhook-podman-x"
+
+        def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
+            return ["/usr/bin/podman", *args], {"PATH": "/usr/bin"}
+
+    class Group:
+        path = Path("/sys/fs/cgroup/cpuacct/nvhook-podman-x")
+
+    s = cdi.podman_series(Client(), Group(), "main | GPU 0 | CDI, nvhook spec",
+                          Path("/tmp/nvb-w/cdi-nvhook"), "nvidia.com/gpu=0", "img")
+    argv = s.argv()
+    assert argv[:4] == list(Client.enter) and argv[4:7] == ["/usr/bin/unshare", "--mount",
+                                                            "--propagation"]
+    script = argv.index("-c") + 1
+    assert argv[script] == cdi.IN_GROUP_WITH_SPECS
+    assert argv[script + 1:script + 3] == [str(Group.path / "cgroup.procs"),
+                                           "/tmp/nvb-w/cdi-nvhook"]
+    assert argv[script + 3:] == ["/usr/bin/podman", "run", "--rm", "--cgroup-parent",
+                                 "/nvhook-podman-x", "--device", "nvidia.com/gpu=0", "img",
+                                 "/bin/true"]
+    assert s.grouped and s.client == "podman"
