@@ -3,9 +3,10 @@
 It uses ctypes' C module `_ctypes` alone, with the five C types it needs declared here:
 `ctypes/__init__.py` (its ~60 classes, `struct`, `types`, the function-type cache) cost every
 GPU start about 2 ms of CPU before a single call. `_ctypes`' names used here (`dlopen`,
-`CFuncPtr`, `_SimpleCData`, `Structure`, `byref`, `sizeof`, `get_errno` and the FUNCFLAG
-values) are the ones `ctypes/__init__.py` itself is built on, unchanged from CPython 3.9 to
-3.14; `tests/unit/test_libc.py` checks them against `ctypes`. Arguments built with `ctypes`
+`CFuncPtr`, `_SimpleCData`, `get_errno` and the FUNCFLAG values) are the ones
+`ctypes/__init__.py` itself is built on, unchanged from CPython 3.9 to 3.14;
+`tests/unit/test_libc.py` checks them against `ctypes`. No `Structure` either (see
+`_OPEN_HOW`). Arguments built with `ctypes`
 (`nvmount._bpf`) pass through unchanged: a call converts any C data object.
 
 Every wrapper retries EINTR and raises `OSError(errno, strerror, path)`; callers translate
@@ -21,12 +22,9 @@ from _ctypes import (  # the C module: see the module doc
     FUNCFLAG_CDECL,
     FUNCFLAG_USE_ERRNO,
     CFuncPtr,
-    Structure,
     _SimpleCData,
-    byref,
     dlopen,
     get_errno,
-    sizeof,
 )
 from _struct import pack, unpack_from  # struct.py only re-exports these
 
@@ -130,7 +128,11 @@ TMPFS_MAGIC = 0x01021994
 # The C types, as ctypes declares them on LP64 Linux (the only ABI of _ARCH_SYSCALLS); mypy
 # reads ctypes' own (typeshed types them only there)
 if TYPE_CHECKING:
-    from ctypes import c_char, c_int, c_long, c_uint, c_ulong
+    from ctypes import c_char as c_char
+    from ctypes import c_int as c_int
+    from ctypes import c_long as c_long
+    from ctypes import c_uint as c_uint
+    from ctypes import c_ulong as c_ulong
 else:
     class c_int(_SimpleCData):
         _type_ = "i"
@@ -178,21 +180,14 @@ def create_string_buffer(size: int, init: bytes = b"") -> Array[c_char]:
     return buf
 
 
-class _OpenHow(Structure):
-    _fields_ = (
-        ("flags", c_uint64),
-        ("mode", c_uint64),
-        ("resolve", c_uint64),
-    )
-
-
-class _MountAttr(Structure):
-    _fields_ = (
-        ("attr_set", c_uint64),
-        ("attr_clr", c_uint64),
-        ("propagation", c_uint64),
-        ("userns_fd", c_uint64),
-    )
+# struct open_how (openat2) and struct mount_attr (mount_setattr, MOUNT_ATTR_SIZE_VER0): u64
+# fields, passed as bytes (a call passes bytes as a pointer to them; the kernel only reads).
+# No ctypes Structure: from CPython 3.14 defining one imports ctypes' Python layout code and
+# with it the whole ctypes package (~3.6 ms per GPU start measured on Debian sid's 3.14).
+_OPEN_HOW = "=QQQ"
+_MOUNT_ATTR = "=QQQQ"
+OPEN_HOW_SIZE = 24
+MOUNT_ATTR_SIZE = 32
 
 
 def _b(path: str | bytes | None) -> bytes | None:
@@ -296,14 +291,14 @@ class Libc:
         self, dirfd: int, path: str, flags: int, attr_set: int, attr_clr: int = 0,
         propagation: int = 0, userns_fd: int = 0,
     ) -> None:
-        attr = _MountAttr(attr_set, attr_clr, propagation, userns_fd)
+        attr = pack(_MOUNT_ATTR, attr_set, attr_clr, propagation, userns_fd)
         self._sys(
             "mount_setattr",
             dirfd,
             _b(path),
             c_uint(flags),
-            byref(attr),
-            c_size_t(sizeof(attr)),
+            attr,
+            c_size_t(MOUNT_ATTR_SIZE),
             path=path or None,
         )
 
@@ -318,13 +313,13 @@ class Libc:
 
     # -- paths ----------------------------------------------------------------------------
     def openat2(self, dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = 0) -> int:
-        how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+        how = pack(_OPEN_HOW, flags | os.O_CLOEXEC, mode, resolve)
         return self._sys(
             "openat2",
             dirfd,
             _b(path),
-            byref(how),
-            c_size_t(sizeof(how)),
+            how,
+            c_size_t(OPEN_HOW_SIZE),
             path=path,
         )
 

@@ -27,12 +27,16 @@ def test_the_c_types_are_ctypes_own(ours: type, theirs: type) -> None:
 
 
 def test_the_structures_have_the_kernels_sizes() -> None:
-    assert ctypes.sizeof(_libc._OpenHow) == 24  # struct open_how
-    assert ctypes.sizeof(_libc._MountAttr) == 32  # struct mount_attr (MOUNT_ATTR_SIZE_VER0)
+    import struct
+
+    assert struct.calcsize(_libc._OPEN_HOW) == _libc.OPEN_HOW_SIZE == 24  # struct open_how
+    # struct mount_attr, MOUNT_ATTR_SIZE_VER0
+    assert struct.calcsize(_libc._MOUNT_ATTR) == _libc.MOUNT_ATTR_SIZE == 32
 
 
 def test_importing_libc_loads_no_ctypes_package() -> None:
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import nvmount._libc as l; l.Libc(); "
+    code = ("import sys, os; sys.path.insert(0, sys.argv[1]); import nvmount._libc as l; "
+            "c = l.Libc(); os.close(c.openat2(-100, '/', os.O_RDONLY)); "
             "print(sorted(m for m in sys.modules if m.startswith('ctypes')))")
     out = subprocess.run([sys.executable, "-IS", "-c", code, str(REPO)], capture_output=True,
                          text=True, check=True, timeout=60).stdout
