@@ -172,12 +172,10 @@ class _Handle:
         return func
 
 
-def create_string_buffer(size: int, init: bytes = b"") -> Array[c_char]:
-    """A zeroed char[size] (ctypes.create_string_buffer), starting with `init`."""
-    buf = (c_char * size)()
-    if init:
-        buf.raw = init
-    return buf
+def create_string_buffer(size: int) -> Array[c_char]:
+    """A zeroed char[size] for the kernel to write (ctypes.create_string_buffer); what it
+    only reads is passed as bytes."""
+    return (c_char * size)()
 
 
 # struct open_how (openat2) and struct mount_attr (mount_setattr, MOUNT_ATTR_SIZE_VER0): u64
@@ -348,9 +346,7 @@ class Libc:
         """(propagation flags MS_SHARED/MS_SLAVE/..., shared peer group or 0) of the mount with
         unique id `mnt_id` in the current mount namespace (statmount STATMOUNT_MNT_BASIC).
         ENOENT: no such mount in this namespace; ENOSYS before Linux 6.8."""
-        req = create_string_buffer(
-            _MNT_ID_REQ_SIZE_VER0,
-            pack("=IIQQ", _MNT_ID_REQ_SIZE_VER0, 0, mnt_id, STATMOUNT_MNT_BASIC))
+        req = pack("=IIQQ", _MNT_ID_REQ_SIZE_VER0, 0, mnt_id, STATMOUNT_MNT_BASIC)
         out = create_string_buffer(_STATMOUNT_SIZE)
         self._sys("statmount", req, out, c_size_t(_STATMOUNT_SIZE), c_uint(0))
         mask, = unpack_from("=Q", out.raw, 8)

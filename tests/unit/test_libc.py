@@ -68,7 +68,18 @@ def test_a_call_takes_arguments_built_with_ctypes(tmp_path: Path) -> None:
     assert (tmp_path / "b").read_text() == "a"
 
 
-def test_string_buffers_start_with_their_init() -> None:
-    buf = _libc.create_string_buffer(8, b"ab\0c")
-    assert buf.raw == b"ab\0c\0\0\0\0"
+def test_string_buffers_are_zeroed() -> None:
     assert _libc.create_string_buffer(4).raw == b"\0" * 4
+
+
+def test_statmount_request_passed_as_bytes() -> None:
+    libc = _libc.Libc()
+    fd = os.open("/", os.O_RDONLY)
+    try:
+        mnt_id = libc.mount_id_unique(fd)
+    finally:
+        os.close(fd)
+    if mnt_id is None:
+        pytest.skip("no STATX_MNT_ID_UNIQUE before Linux 6.8")
+    propagation, peer_group = libc.mount_propagation(mnt_id)
+    assert propagation >= 0 and peer_group >= 0
