@@ -106,19 +106,20 @@ class Bench:
     def hook(self, gpus: int) -> HookEntry:
         return nvhook_hook_entry(self.launcher, self.sims[gpus][1])
 
+    def phase_hooks(self, config: Path, step: HookEntry) -> tuple[HookEntry, HookEntry]:
+        """The sim step and nvhook with `config`'s copy that sets `[nvhook] timing-log`."""
+        phases = config.with_name(f"{config.stem}-phases.toml")  # written by `_sim`
+        return step, nvhook_hook_entry(self.launcher, phases)
+
     def phase_series(self) -> list[Series]:
         """Untimed starts with `[nvhook] timing-log` set, for the phase table: the log's
         import and write are not in the timed series (a node does not log timings)."""
-        out = []
-        for n, (_, config, step) in self.sims.items():
-            phases = config.with_name(f"{config.stem}-phases.toml")
-            out.append(Series(f"phases-{n}", (step, nvhook_hook_entry(self.launcher, phases)),
-                              GPU_ENV))
+        out = [Series(f"phases-{n}", self.phase_hooks(config, step), GPU_ENV)
+               for n, (_, config, step) in self.sims.items()]
         if self.mig is not None:
             _, config, step = self.mig
-            phases = config.with_name(f"{config.stem}-phases.toml")
-            out.append(Series("phases-mig", (step, nvhook_hook_entry(self.launcher, phases)),
-                              MIG_ENV, PRIVILEGED))
+            out.append(Series("phases-mig", self.phase_hooks(config, step), MIG_ENV,
+                              PRIVILEGED))
         return out
 
     def mig_series(self) -> dict[str, Series]:
@@ -247,9 +248,9 @@ def with_host_mounts(bench: Bench, series: dict[str, Series], runs: int) -> dict
     pid = os.fork()
     if pid == 0:  # the mounts stay in this child's namespace
         host_mounts(bench.work, 1000)
-        phases = next(s for s in bench.phase_series() if s.name == "phases-8")
-        again = {"sim step": Series("sim", series["sim step"].hooks),
-                 "8 GPU": Series("gpu8", phases.hooks, GPU_ENV)}  # with its timing log
+        _, config, step = bench.sims[8]
+        again = {"sim step": Series("sim", series["sim step"].hooks),  # 8 GPU: with its timing log
+                 "8 GPU": Series("gpu8", bench.phase_hooks(config, step), GPU_ENV)}
         bench.rig.measure(list(again.values()), runs)
         (bench.work / "mounts.json").write_text(json.dumps({k: figures(s) for k, s in
                                                             again.items()}))
