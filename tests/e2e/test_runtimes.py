@@ -23,7 +23,13 @@ from tests.fixtures.clientrig.containerd import ContainerdDaemon, config_dump, c
 from tests.fixtures.clientrig.docker import DockerDaemon
 from tests.fixtures.clientrig.podman import Podman
 from tests.fixtures.clients import ClientRig, describe, require_binaries
-from tests.fixtures.gpu_clients import PROBE, GpuInstall, gpu_listing, nvhook
+from tests.fixtures.gpu_clients import (
+    PROBE,
+    GpuInstall,
+    gpu_listing,
+    nvhook,
+    world_readable_install,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.usefixtures("client_leak_check")]
 
@@ -188,8 +194,9 @@ def test_containerd_accepts_the_configured_dropin(client_rig: ClientRig,
 def hooks_dir(client_rig: ClientRig, gpu_install: GpuInstall) -> Path:
     hooks = client_rig.short_dir("nvhook-hooks-")
     hooks.chmod(0o755)
+    prefix = world_readable_install(gpu_install)  # the rootless user's hook imports it
     proc = nvhook("runtime", "configure", "--runtime=podman", f"--hooks-dir={hooks}",
-                  f"--hook-path={gpu_install.prefix}/nvidia-container-runtime-hook")
+                  f"--hook-path={prefix}/nvidia-container-runtime-hook")
     assert proc.returncode == 0, proc.stderr
     return hooks
 
