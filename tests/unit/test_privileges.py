@@ -154,6 +154,10 @@ def test_stage_caps_allow_what_the_stage_does(root_status: dict[str, int], which
 
 
 def _as_nobody() -> tuple[frozenset[int], tuple[str, ...], int]:
+    # python-prctl's C module loaded while root, as a process that drops its ids has it: the
+    # checkout's venv may be in a directory only root can enter (a `mktemp -d` clone)
+    import _prctl  # type: ignore[import-not-found]  # noqa: F401
+
     os.setresgid(65534, 65534, 65534)
     os.setresuid(65534, 65534, 65534)
     privileges.limit_permitted()
