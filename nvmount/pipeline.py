@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 
-from nvmount.effects import Run
 from nvmount.errors import DriverError, NvmlError
 from nvmount.faults import Faults
 from nvmount.fds import Cleanup
@@ -281,6 +280,8 @@ def configure_container(
         with timer.phase("plan"):
             plan = hook_plan(make_plan(inventory, selection, request, handle, options), options)
             plan = part(plan) if part is not None else plan
+        from nvmount.effects import Run  # not the dry run's (the wrapper's create)
+
         effects = Run(handle, plan, options, libc, faults, timer, stack).execute()
     result = EngineResult(plan, inventory, effects.applied, effects.cgroup, effects.ldconfig,
                           (*plan.warnings, *effects.warnings), dict(timer.phases_ms),
@@ -309,6 +310,8 @@ def configure_with_plan(make_plan: Callable[[ContainerLayout], MountPlan], pid: 
             handle = stack.enter_context(_open_container(pid, rootfs, options, libc))
         with timer.phase("plan"):
             plan = make_plan(handle.layout)
+        from nvmount.effects import Run
+
         return Run(handle, plan, options, libc, faults, timer, stack).execute()
 
 

@@ -45,7 +45,7 @@ MAX_BYTES = 8 << 20
 
 # what a GPU create imports when the inventory cache is current (spec delivery, `auto`)
 CREATE_MODULES = (
-    "nvhook", "nvhook.cdi", "nvhook.cdi.resolve", "nvhook.config", "nvhook.config.basics",
+    "nvhook", "nvhook.config", "nvhook.config.basics",
     "nvhook.config.host", "nvhook.config.model", "nvhook.config.toml_read",
     "nvhook.config.toml_subset", "nvhook.errors", "nvhook.hook", "nvhook.hook.device_lists",
     "nvhook.hook.mount", "nvhook.hook.oci", "nvhook.hook.request", "nvhook.hook.request_env",
@@ -61,7 +61,7 @@ CREATE_MODULES = (
     "nvmount.container", "nvmount.container.dryrun", "nvmount.container.layout",
     "nvmount.discover", "nvmount.discover.cache", "nvmount.discover.driver_root",
     "nvmount.discover.inventory", "nvmount.discover.ldcache", "nvmount.discover.options",
-    "nvmount.discover.presence", "nvmount.discover.procfiles", "nvmount.effects",
+    "nvmount.discover.presence", "nvmount.discover.procfiles",
     "nvmount.errors", "nvmount.faults", "nvmount.fds", "nvmount.fs", "nvmount.fs.owner",
     "nvmount.fs.paths",
     "nvmount.fs.procfs", "nvmount.fs.root", "nvmount.fs.rootfs", "nvmount.fs.trusted",

@@ -152,12 +152,13 @@ def cdi_edit(doc: dict[str, Any], spec: Any, config: HookConfig, log: RuntimeLog
     `doc` unchanged) when the container's request is not in CDI mode. The request goes through
     the same policy as any other (`nvhook.hook.request.cdi_request`) before anything is resolved
     (`nvhook.cdi.resolve`)."""
-    from nvhook.cdi.resolve import apply_devices
     from nvhook.hook.request import cdi_request
 
     names = cdi_request(spec, doc.get("annotations"), config)
     if not names:
         return False
+    from nvhook.cdi.resolve import apply_devices  # a CDI request only
+
     used = apply_devices(doc, names, config.runtime.modes_cdi_spec_dirs,
                          config.nvhook.cache_dir)
     log.info(f"CDI devices {', '.join(names)}: edits of {', '.join(used)} applied")
