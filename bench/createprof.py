@@ -11,6 +11,8 @@ Series, interleaved round by round after a warm-up round, each a process timed w
 - `python3 -IS -c pass`: the interpreter's floor;
 - `python3 -IS -c "import ..."`: the floor plus the modules a GPU create imports (read from
   the wrapper's own `sys.modules`, so the list follows the code);
+- `python3 -IS` + the create pack's preload (`use_pack(..., "create")`, as the wrapper loads
+  it): what any GPU create in one Python process pays before its first step of work;
 - `wrapper create, GPU 0`: the sh launcher and the whole create, with the create pack
   `nvhook install` wrote (`nvhook.launch.pack`) and without it (moved aside for that series);
 - `runc run` of the config.json the create wrote (GPU) and of the unedited one (no GPU):
@@ -48,6 +50,7 @@ from nvhook.dev.demo.rootfs import build_rootfs
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 PY = "/usr/bin/python3"
 NO_PACK = "wrapper create, GPU 0, without the create pack"
+PRELOAD = "python3 -IS + the create pack's preload (no work)"
 GPU_ENV = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
 # the launcher's Python, with execve made a no-op: the create runs, then sys.modules is written
 PROBE = ("import sys, os\nfrom nvhook.runtime.wrapper import main\n"
@@ -140,6 +143,9 @@ class Bench:
         return {
             "python3 -IS -c pass": lambda: [PY, "-IS", "-c", "pass"],
             "python3 -IS + the create's imports": lambda: [PY, "-IS", "-c", path + imports],
+            PRELOAD: lambda: [PY, "-IS", "-c", path + "import gc\ngc.disable()\n"
+                              "from nvhook.launch.pack import use_pack\n"
+                              f"assert use_pack({str(Path.cwd())!r}, 'create')"],
             "wrapper create, GPU 0 (runtime: /bin/true)": gpu_create,
             NO_PACK: gpu_create,
             "runc run, the created config.json (GPU 0)": runc_gpu,
