@@ -18,6 +18,7 @@ ERROR 40, with logrus' trace (5) below debug.
 
 from __future__ import annotations
 
+import _json
 import time
 
 from nvmount.log import DEBUG, ERROR, INFO, WARNING, Sink
@@ -56,10 +57,10 @@ def go_quote(text: str) -> str:
 
 
 def json_quote(text: str) -> str:
-    """A JSON string, non-ASCII kept (the json package: off the hook's path)."""
-    import json
-
-    return json.dumps(text, ensure_ascii=False)
+    """A JSON string, non-ASCII kept: what `json.dumps(text, ensure_ascii=False)` returns,
+    from the json package's C encoder (importing the package pulls in `re`, ~5 ms of every
+    GPU create that docker or containerd runs with `--log-format json`)."""
+    return _json.encode_basestring(text)
 
 
 def local_time() -> str:

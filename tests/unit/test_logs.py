@@ -75,3 +75,15 @@ def test_every_record_is_escaped_on_stderr_and_in_the_debug_log(
     assert "real\\n2026-01-01 00:00:00,000 1 ERROR nvhook: FORGED line\\r\\x1b[2K" in lines[0]
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and not any(line.startswith("2026") for line in err), err
+
+
+@pytest.mark.parametrize("text", ["plain", 'a "quoted" \\ path', "tab\tnew\nline\x01\x1f",
+                                  "non-ASCII: é ✓ 🚀", "\u2028 \u2029 \x7f", ""])
+def test_json_quote_is_json_dumps_without_the_json_package(text: str) -> None:
+    """The runtime log's JSON strings: json.dumps(ensure_ascii=False), from `_json` alone."""
+    import json
+
+    from nvhook.logrus import json_quote
+
+    assert json_quote(text) == json.dumps(text, ensure_ascii=False)
+    assert json.loads(json_quote(text)) == text
