@@ -10,8 +10,6 @@ never "unsatisfied". Facts that are unknown (no GPU selected, no CUDA version) c
 
 from __future__ import annotations
 
-import re
-
 from nvmount.bounds import MAX_DIGITS, compare_decimal, shorten
 from nvmount.errors import RequirementError
 from nvmount.records import record, replace
@@ -32,7 +30,7 @@ MAX_REQUIREMENT_CHARS = 8192  # one expression
 MAX_ATOMS = 512  # in one expression
 MAX_TOTAL_ATOMS = 2048  # in all expressions together
 _OP_CHARS = "<>=!"
-_VERSION = re.compile(r"[0-9.]*")
+_VERSION_CHARS = "0123456789."  # a version is digits and dots (no `re`: ~4 ms per start)
 _CUDA_HINT = "please update your driver to a newer version, or use an earlier cuda container"
 
 
@@ -93,7 +91,7 @@ def _parse_atom(expr: str, text: str) -> Atom:
         raise _invalid(expr, text, f"unknown key {shorten(key)!r}")
     if key == "brand" and op not in ("=", "!="):
         raise _invalid(expr, text, f"brand only supports = and !=, not {op!r}")
-    if key != "brand" and not _VERSION.fullmatch(value):
+    if key != "brand" and value.strip(_VERSION_CHARS):
         raise _invalid(expr, text, f"{key} wants a version made of digits and dots")
     if key != "brand" and any(len(part) > MAX_DIGITS for part in value.split(".")):
         raise _invalid(expr, text, f"a version component has more than {MAX_DIGITS} digits")
@@ -154,7 +152,7 @@ def atom_holds(atom: Atom, facts: Facts, expr: str = "") -> bool:
         return True
     if atom.key == "brand":
         return (found.lower() == atom.value.lower()) == (atom.op == "=")
-    if not _VERSION.fullmatch(found):
+    if found.strip(_VERSION_CHARS):
         raise _invalid(expr or atom.text, atom.text, f"the {atom.key} version {shorten(found)!r} "
                        f"is not made of digits and dots")
     return _TESTS[atom.op](compare_versions(found, atom.value))

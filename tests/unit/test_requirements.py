@@ -87,6 +87,8 @@ INVALID = {
     "unknown-key": ("vram>=40", "unknown key 'vram'"),
     "letters-in-version": ("cuda>=12.4a", "cuda wants a version"),
     "negative-version": ("driver>=-1", "driver wants a version"),
+    "non-ascii-digits": ("cuda>=\u0661\u0662", "cuda wants a version"),  # Unicode digits
+    "space-in-version": ("cuda>=12.\t4", "cuda wants a version"),
     "brand-ordering": ("brand>=tesla", "brand only supports = and !="),
     "bad-atom-after-false": ("cuda>=99,foo=1", "unknown key 'foo'"),
     "bad-term-after-true": ("cuda>=1 foo=1", "unknown key 'foo'"),
