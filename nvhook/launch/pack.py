@@ -43,7 +43,8 @@ PACK_NAME = "create.pack"  # in the nvhook package directory
 FORMAT = 2
 MAX_BYTES = 8 << 20
 
-# what a GPU create imports when the inventory cache is current (spec delivery, `auto`)
+# what a GPU create of a CUDA image (nvhook.dev.demo.bundle.CUDA_IMAGE_ENV: its requirement
+# checked) imports when the inventory cache is current (spec delivery, `auto`)
 CREATE_MODULES = (
     "nvhook", "nvhook.config", "nvhook.config.basics",
     "nvhook.config.host", "nvhook.config.model", "nvhook.config.toml_read",
@@ -69,11 +70,13 @@ CREATE_MODULES = (
     "nvmount.ldcache.write", "nvmount.log", "nvmount.pipeline", "nvmount.plan",
     "nvmount.plan.app_profile", "nvmount.plan.devices", "nvmount.plan.graphics",
     "nvmount.plan.mounts",
-    "nvmount.plan.procfs", "nvmount.plan.selection", "nvmount.plan.split",
+    "nvmount.plan.procfs", "nvmount.plan.requirements", "nvmount.plan.selection",
+    "nvmount.plan.split",
     "nvmount.plan.types", "nvmount.privileges", "nvmount.records", "nvmount.requests",
     "nvmount.timing",
 )
-# what a GPU prestart of the legacy hook imports when the inventory cache is current
+# what a GPU prestart of a CUDA image by the legacy hook imports when the inventory cache is
+# current
 HOOK_MODULES = (
     "nvhook", "nvhook.cli", "nvhook.commands", "nvhook.config", "nvhook.config.basics",
     "nvhook.config.host", "nvhook.config.load", "nvhook.config.model", "nvhook.errors",
@@ -96,7 +99,8 @@ HOOK_MODULES = (
     "nvmount.ldcache.image", "nvmount.ldcache.setting", "nvmount.ldcache.write", "nvmount.log",
     "nvmount.pipeline", "nvmount.plan", "nvmount.plan.app_profile", "nvmount.plan.devices",
     "nvmount.plan.graphics", "nvmount.plan.mounts", "nvmount.plan.procfs",
-    "nvmount.plan.selection", "nvmount.plan.split", "nvmount.plan.types", "nvmount.privileges",
+    "nvmount.plan.requirements", "nvmount.plan.selection", "nvmount.plan.split",
+    "nvmount.plan.types", "nvmount.privileges",
     "nvmount.records", "nvmount.requests", "nvmount.timing",
 )
 # one pack for both paths: a module is served only to the process that imports it

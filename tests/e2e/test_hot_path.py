@@ -20,7 +20,7 @@ from pathlib import Path
 import _prctl  # type: ignore[import-not-found]
 import pytest
 
-from nvhook.dev.demo.bundle import Runc
+from nvhook.dev.demo.bundle import CUDA_IMAGE_ENV, Runc
 from nvhook.dev.demo.driver import launcher_python, nvhook_command
 from nvhook.launch import pack
 from tests.fixtures.containers import GpuRig, created_container
@@ -85,9 +85,10 @@ def test_no_gpu_container_loads_only_the_gate(gpu_rig: GpuRig, tmp_path: Path) -
 
 def test_gpu_container_start_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_path: Path,
                                                              runc_default: Runc) -> None:
+    """A CUDA image's prestart (its NVIDIA_REQUIRE_CUDA checked) on a warm node."""
     config = str(gpu_rig.sim.config_path)
     for _attempt in range(2):  # the first start fills the config and inventory caches
-        bundle = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
+        bundle = gpu_rig.baseline.bundle(["/bin/true"], env=list(CUDA_IMAGE_ENV))
         with created_container(bundle, runc_default, tag="hot") as ctr:
             state = f'{{"pid": {ctr.pid}, "bundle": "{bundle}"}}'
             what, modules, dataclasses = run_probe(tmp_path, ["--config", config, "prestart"],
@@ -182,20 +183,26 @@ def spec_config(gpu_rig: GpuRig, tmp: Path) -> Path:
     return config
 
 
-def test_a_spec_delivery_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_path: Path) -> None:
-    """A GPU container's create through the wrapper (plan, spec edits, links and ld.so.cache in
-    the rootfs) imports what the hook's path imports, and no NVML after the first start."""
+@pytest.mark.parametrize("log", [(), ("--log", "LOG", "--log-format", "json"), ("--log", "LOG")],
+                         ids=["no-log", "json-log", "text-log"])
+def test_a_spec_delivery_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_path: Path,
+                                                         log: tuple[str, ...]) -> None:
+    """A CUDA image's create through the wrapper (plan, spec edits, links and ld.so.cache in
+    the rootfs) imports what the hook's path imports, and no NVML after the first start; also
+    with runc's `--log` and `--log-format json`, which docker and containerd always pass (the
+    wrapper writes its records there)."""
     config = spec_config(gpu_rig, tmp_path)
     script = tmp_path / "wrapper_probe.py"
     script.write_text(WRAPPER_PROBE.format(paths=[str(REPO),
                                                   os.path.dirname(_prctl.__file__)]))
     report = tmp_path / "modules.txt"
     for _attempt in range(2):  # the first create fills the inventory cache
-        bundle = gpu_rig.baseline.bundle(["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=all"])
+        bundle = gpu_rig.baseline.bundle(["/bin/true"], env=list(CUDA_IMAGE_ENV))
         report.unlink(missing_ok=True)
+        flags = [str(tmp_path / "runtime-log") if f == "LOG" else f for f in log]
         proc = subprocess.run(
             ["/usr/bin/python3", "-IS", str(script), str(tmp_path / "nvhook-runtime"),
-             str(config), "", "create", "--bundle", str(bundle), "hot-wrapper"],
+             str(config), "", *flags, "create", "--bundle", str(bundle), "hot-wrapper"],
             capture_output=True, cwd=bundle, timeout=60, check=False,
             env={"PATH": "/usr/bin:/bin", "PROBE_OUT": str(report)})
         assert proc.returncode == 0, proc.stderr.decode()
@@ -207,6 +214,10 @@ def test_a_spec_delivery_loads_none_of_the_heavy_modules(gpu_rig: GpuRig, tmp_pa
     assert not dataclasses.split()
     doc = json.loads((bundle / "config.json").read_text())
     assert not doc.get("hooks", {}).get("prestart")  # one process: no hook left
+    if log:  # the records were written, in the format asked for
+        lines = (tmp_path / "runtime-log").read_text().splitlines()
+        assert lines and all(line.startswith("{" if "json" in log else "time=")
+                             for line in lines), lines
 
 
 @pytest.mark.skipif(not shutil.which("strace"), reason="needs strace")

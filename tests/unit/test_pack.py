@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.admin.install import import_paths
-from nvhook.dev.demo.bundle import container_spec, write_bundle
+from nvhook.dev.demo.bundle import CUDA_IMAGE_ENV, container_spec, write_bundle
 from nvhook.dev.demo.driver import launcher_python
 from nvhook.dev.sim import SimRoot
 from nvhook.launch import pack
@@ -42,7 +42,7 @@ def test_create_modules_are_a_warm_gpu_create(tmp_path: Path, sim_root: SimRoot,
                                       'runtime-mode = "auto"\n')
     config = tmp_path / "config.toml"
     config.write_text('nvidia-container-runtime.runtimes = ["/bin/true"]\n' + text)
-    spec = container_spec(["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    spec = container_spec(["/bin/true"], list(CUDA_IMAGE_ENV))
     seen = []
     for i in range(2):  # the first fills the inventory cache
         bundle = write_bundle(tmp_path / f"b{i}", rootfs_cache.get(), spec)
