@@ -4,7 +4,8 @@
 
 One simulated driver (`--gpus`, no procfs step: a real node's kernel shows /proc/driver), nvhook
 installed with `runtime-mode = "auto"` and a low-level runtime that does nothing (`/bin/true`),
-so the create is the launcher, the interpreter, the imports and the wrapper's work alone.
+so the create is the launcher, the interpreter, the imports and the wrapper's work alone; it
+is called with runc's `--log FILE --log-format json`, as containerd's shim calls it.
 Series, interleaved round by round after a warm-up round, each a process timed with wait4
 (wall, and user + system CPU of it and its children):
 
@@ -43,7 +44,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nvhook.dev.demo.bundle import HookEntry, container_spec, new_container_id, write_bundle
+from nvhook.dev.demo.bundle import (
+    CUDA_IMAGE_ENV,
+    HookEntry,
+    container_spec,
+    new_container_id,
+    write_bundle,
+)
 from nvhook.dev.demo.driver import nvhook_command
 from nvhook.dev.demo.rootfs import build_rootfs
 
@@ -51,7 +58,7 @@ RUNC = shutil.which("runc") or "/usr/sbin/runc"
 PY = "/usr/bin/python3"
 NO_PACK = "wrapper create, GPU 0, without the create pack"
 PRELOAD = "python3 -IS + the create pack's preload (no work)"
-GPU_ENV = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+GPU_ENV = [*CUDA_IMAGE_ENV, "NVIDIA_VISIBLE_DEVICES=0"]  # a CUDA image, GPU 0 (the last wins)
 # the launcher's Python, with execve made a no-op: the create runs, then sys.modules is written
 PROBE = ("import sys, os\nfrom nvhook.runtime.wrapper import main\n"
          "os.execve = lambda *a: None\n"
@@ -104,7 +111,10 @@ class Bench:
         return path
 
     def create(self, bundle: Path) -> list[str]:
-        return [str(self.prefix / "nvidia-container-runtime"), "create", "--bundle", str(bundle),
+        """The create as containerd's runc shim runs it (docker's too): `--log` and
+        `--log-format json` first, so the wrapper writes its records as it would there."""
+        return [str(self.prefix / "nvidia-container-runtime"), "--log", str(bundle / "log.json"),
+                "--log-format", "json", "create", "--bundle", str(bundle),
                 new_container_id("cprof")]
 
     def modules(self) -> list[str]:

@@ -21,7 +21,8 @@ before the timing. "Added" = a series' median minus its client's (and
 daemon's) plain-runc median in the same run. Scenarios (bench/stacks.py for the stacks):
 
 - main: 8 simulated GPUs; per stack a non-GPU container, GPU 0 and all 8 through the runtime
-  (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES=compute,utility as CUDA images set it),
+  (NVIDIA_VISIBLE_DEVICES and the other variables of a CUDA 12 image: NVIDIA_REQUIRE_CUDA,
+  CUDA_VERSION, NVIDIA_DRIVER_CAPABILITIES=compute,utility; nvhook.dev.demo.bundle.CUDA_IMAGE_ENV),
   `docker run --gpus device=0|all` (hook only), and runc through the stacks' sh wrapper;
 - slow-nvml (modelled): 1 GPU without persistence mode: the fake NVML's first nvmlInit in a
   process waits 1,000 ms (`--nvml-delay`; NVIDIA documents 1-3 s per GPU for a GPU that is not
@@ -49,7 +50,11 @@ from typing import IO
 import stacks as S
 from engines_node import NODES
 
-GPU_ENV = ("NVIDIA_DRIVER_CAPABILITIES=compute,utility",)
+from nvhook.dev.demo.bundle import CUDA_IMAGE_ENV
+
+# a CUDA image's GPU variables (its NVIDIA_REQUIRE_CUDA checked by every stack), the image's
+# own PATH kept; NVIDIA_VISIBLE_DEVICES per series (`gpu_env`)
+GPU_ENV = tuple(e for e in CUDA_IMAGE_ENV if not e.startswith(("PATH=", "NVIDIA_VISIBLE_DEVICES=")))
 IMAGE, LARGE = "nvhook.bench/demo:latest", "nvhook.bench/large:latest"
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
