@@ -145,20 +145,16 @@ def _imported(tree: object) -> set[str]:
     return found
 
 
-def preload_order(base: str, modules: tuple[str, ...]) -> tuple[str, ...]:
+def preload_order(imports: dict[str, set[str]], modules: tuple[str, ...]) -> tuple[str, ...]:
     """`modules` in an order where every module comes after its parent packages and the
-    modules of the list it imports when it runs (depth first; an import cycle, which the
-    normal import resolves at run time, keeps the first order found)."""
-    import ast
-
+    modules of the list it imports when it runs (`imports`: each module's `_imported`; depth
+    first; an import cycle, which the normal import resolves at run time, keeps the first
+    order found)."""
     wanted = set(modules)
     needs: dict[str, list[str]] = {}
     for name in modules:
-        path, _ = _source(base, name)
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read(), path)
         parents = {name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)}
-        needs[name] = sorted((_imported(tree) | parents) & wanted - {name})
+        needs[name] = sorted((imports[name] | parents) & wanted - {name})
     order: list[str] = []
     state: dict[str, int] = {}  # 1 visiting, 2 done
 
@@ -182,21 +178,25 @@ def build(base: str, modules: tuple[str, ...] = PACKED,
     an 8-byte length, the marshalled index (format, magic, the preload orders, per module
     its package flag, source path, size, mtime and its code's offset and length), then the
     marshalled code of each module."""
+    import ast
+
     if preload is None:
         preload = {"hook": HOOK_MODULES, "create": CREATE_MODULES}
     blobs: list[bytes] = []
     index: dict[str, tuple[bool, str, int, int, int, int]] = {}
+    imports: dict[str, set[str]] = {}
     offset = 0
     for name in modules:
         path, package = _source(base, name)
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            code = compile(f.read(), path, "exec", dont_inherit=True)
-        blob = marshal.dumps(code)
+            tree = ast.parse(f.read(), path)  # one parse: compiled and read for its imports
+        imports[name] = _imported(tree)
+        blob = marshal.dumps(compile(tree, path, "exec", dont_inherit=True))
         index[name] = (package, path, st.st_size, st.st_mtime_ns, offset, len(blob))
         blobs.append(blob)
         offset += len(blob)
-    orders = {k: preload_order(base, tuple(m for m in v if m in index))
+    orders = {k: preload_order(imports, tuple(m for m in v if m in index))
               for k, v in preload.items()}
     head = marshal.dumps((FORMAT, _magic(), orders, index))
     return b"".join([len(head).to_bytes(8, "little"), head, *blobs])

@@ -139,7 +139,9 @@ def _chain(tmp_path: Path) -> Path:
 def test_preload_order_puts_what_a_module_imports_first(tmp_path: Path) -> None:
     base = _chain(tmp_path)
     mods = ("nvhook", "nvhook.a", "nvhook.b", "nvhook.c", "nvhook.leaf")
-    order = pack.preload_order(str(base), mods)
+    data = _write(base, mods, {"hook": mods}).read_bytes()
+    _, _, orders, _ = marshal.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    order = orders["hook"]
     assert sorted(order) == sorted(mods)
     assert order.index("nvhook") < order.index("nvhook.b") < order.index("nvhook.a")
 
