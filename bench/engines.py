@@ -296,45 +296,39 @@ def gpu_env(devices: str | None) -> tuple[str, ...]:
     return () if devices is None else (f"NVIDIA_VISIBLE_DEVICES={devices}", *GPU_ENV)
 
 
+def client_rows(ctx: dict[str, tuple[object, CpuGroup]], row: str, name: str,
+                runtime: Path | None, env: tuple[str, ...], image: str) -> list[Series]:
+    """One series of `row` per client in `ctx`: the runtime `name` (docker's runtime, CRI's
+    handler; "" for plain runc) at `runtime` (ctr's --runc-binary; None for plain runc)."""
+    out = []
+    if "docker" in ctx:
+        daemon, group = ctx["docker"]
+        out.append(docker_series(daemon, group, "docker", row,
+                                 ["--runtime", name] if name else [], env, image))
+    if "ctr" in ctx:
+        daemon, group = ctx["ctr"]
+        out.append(ctr_series(daemon, group, row, runtime, env, image))
+    if "cri" in ctx and image == IMAGE:  # the CRI node has the demo image only
+        from engines_cri import cri_series
+
+        out.append(cri_series(*ctx["cri"], row, name, env))
+    return out
+
+
 def stack_rows(scenario: str, stacks: list[S.Stack], kinds: list[tuple[str, str | None]],
                image: str, ctx: dict[str, tuple[object, CpuGroup]]) -> list[Series]:
     """Series for each stack through the runtime: `kinds` are (row name, devices)."""
-    out = []
-    for kind, devices in kinds:
-        for st in stacks:
-            row = f"{scenario} | {kind} | {st.label}"
-            if "docker" in ctx:
-                daemon, group = ctx["docker"]
-                out.append(docker_series(daemon, group, "docker", row, ["--runtime", st.name],
-                                         gpu_env(devices), image))
-            if "ctr" in ctx:
-                daemon, group = ctx["ctr"]
-                out.append(ctr_series(daemon, group, row, st.runtime, gpu_env(devices), image))
-            if "cri" in ctx and image == IMAGE:  # the CRI node has the demo image only
-                from engines_cri import cri_series
-
-                out.append(cri_series(*ctx["cri"], row, st.name, gpu_env(devices)))
-    return out
+    return [s for kind, devices in kinds for st in stacks
+            for s in client_rows(ctx, f"{scenario} | {kind} | {st.label}", st.name, st.runtime,
+                                 gpu_env(devices), image)]
 
 
 def base_rows(scenario: str, image: str, ctx: dict[str, tuple[object, CpuGroup]],
               runc_sh: Path | None = None) -> list[Series]:
-    out = []
-    for label, runtime in (("runc (base)", None), ("runc through the sh wrapper", runc_sh)):
-        if label != "runc (base)" and runtime is None:
-            continue
-        row = f"{scenario} | no GPU | {label}"
-        if "docker" in ctx:
-            d, g = ctx["docker"]
-            out.append(docker_series(d, g, "docker", row,
-                                     ["--runtime", "runc-sh"] if runtime else [], (), image))
-        if "ctr" in ctx:
-            d, g = ctx["ctr"]
-            out.append(ctr_series(d, g, row, runtime, (), image))
-        if "cri" in ctx and image == IMAGE:
-            from engines_cri import cri_series
-
-            out.append(cri_series(*ctx["cri"], row, "runc-sh" if runtime else "", ()))
+    out = client_rows(ctx, f"{scenario} | no GPU | runc (base)", "", None, (), image)
+    if runc_sh is not None:
+        out += client_rows(ctx, f"{scenario} | no GPU | runc through the sh wrapper", "runc-sh",
+                           runc_sh, (), image)
     return out
 
 
