@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stacks import PEERS  # NVIDIA's stacks: family -> prefix
+
 HOST = "host"
 NODES = (HOST, "sid", "trixie")
-# NVIDIA's stacks: family -> its prefix (bench/stacks.py: PEER_117, PEER_120)
-PEERS = {"nvidia-1.17.8": Path("/opt/peer"), "nvidia-1.20": Path("/opt/peer-1.20")}
 PEER_PARTS = ("bin", "inst")
 # the Debian packages (trixie and later: the 64-bit time_t names) of the libraries NVIDIA's
 # nvidia-container-cli links (its Go binaries need only libc)

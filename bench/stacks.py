@@ -30,6 +30,7 @@ from pathlib import Path
 
 PEER_117 = Path("/opt/peer")
 PEER_120 = Path("/opt/peer-1.20")
+PEERS = {"nvidia-1.17.8": PEER_117, "nvidia-1.20": PEER_120}  # NVIDIA's stacks: family -> prefix
 HOOK_NAME = "nvidia-container-runtime-hook"
 
 
@@ -161,8 +162,7 @@ def all_stacks(work: Path, sim: Path, tag: str, modes: list[str], launcher_pytho
     (families that cannot run on the benchmark's node: bench/engines_node.py)."""
     stacks = [nvhook_stack(work, sim, m, tag, launcher_python, nvhook) for m in modes]
     if unusable is None:
-        unusable = [f for f, p in (("nvidia-1.17.8", PEER_117), ("nvidia-1.20", PEER_120))
-                    if not peer_available(p)]
+        unusable = [f for f, p in PEERS.items() if not peer_available(p)]
     if "nvidia-1.17.8" not in unusable:
         stacks.append(nvidia117_stack(work, sim, tag))
     if "nvidia-1.20" not in unusable:
