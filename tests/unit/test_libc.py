@@ -54,7 +54,11 @@ def test_calls_work_and_fail_with_the_errno(tmp_path: Path) -> None:
         with pytest.raises(OSError) as err:
             libc.openat2(dirfd, "missing", os.O_RDONLY, resolve=_libc.RESOLVE_IN_ROOT)
         assert err.value.errno == errno.ENOENT and err.value.filename == "missing"
-        assert libc.fstatfs_type(os.open("/proc/self", os.O_RDONLY)) == _libc.PROC_SUPER_MAGIC
+        proc = os.open("/proc/self", os.O_RDONLY)
+        try:
+            assert libc.fstatfs_type(proc) == _libc.PROC_SUPER_MAGIC
+        finally:
+            os.close(proc)
     finally:
         os.close(dirfd)
 
