@@ -71,6 +71,11 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+def phases_config(config: Path) -> Path:
+    """The copy of a sim's `config` that sets `[nvhook] timing-log` (the phase pass's)."""
+    return config.with_name(f"{config.stem}-phases.toml")
+
+
 class Bench:
     def __init__(self, work: Path, gpus: list[int], mig: bool = False) -> None:
         self.work = work
@@ -97,7 +102,7 @@ class Bench:
         text = text.replace("[nvhook]\n", f'[nvhook]\ncache-dir = "{self.work}/cache"\n')
         config = self.work / f"config-{tag}.toml"  # the timed series': no timing log
         config.write_text(text)
-        (self.work / f"config-{tag}-phases.toml").write_text(text.replace(
+        phases_config(config).write_text(text.replace(
             "[nvhook]\n", f'[nvhook]\ntiming-log = "{self.work}/timing-{tag}.jsonl"\n'))
         step = setup.prestart[0]
         step = HookEntry(step.path, (*step.args, "--with-nvidia-dir"), step.env)
@@ -108,8 +113,7 @@ class Bench:
 
     def phase_hooks(self, config: Path, step: HookEntry) -> tuple[HookEntry, HookEntry]:
         """The sim step and nvhook with `config`'s copy that sets `[nvhook] timing-log`."""
-        phases = config.with_name(f"{config.stem}-phases.toml")  # written by `_sim`
-        return step, nvhook_hook_entry(self.launcher, phases)
+        return step, nvhook_hook_entry(self.launcher, phases_config(config))
 
     def phase_series(self) -> list[Series]:
         """Untimed starts with `[nvhook] timing-log` set, for the phase table: the log's
